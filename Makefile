@@ -1,0 +1,45 @@
+# fraudlake — `make help` lists the targets. `make demo` and `make test` install what they need themselves.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+# Spark 4.1 needs Java 17; the machine also has a newer JDK that must not be picked up from PATH.
+JAVA_HOME ?= $(firstword $(wildcard /usr/lib/jvm/java-17-openjdk-amd64 /usr/lib/jvm/java-17-openjdk* /usr/lib/jvm/temurin-17*))
+export JAVA_HOME
+export SPARK_LOCAL_IP ?= 127.0.0.1
+export PYSPARK_PYTHON := $(CURDIR)/.venv/bin/python
+
+VENV := .venv
+BIN := $(VENV)/bin
+PYTEST_ARGS ?=
+
+.PHONY: help setup jars demo test check lint typecheck kafka-start kafka-stop clean
+
+help: ## list the targets
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
+
+setup: ## create .venv with the pinned packages and copy the JVM jars from Maven Central (idempotent)
+	@bash scripts/setup.sh
+
+demo: setup ## run the main job end to end on embedded defaults (no Kafka needed)
+	@$(BIN)/fraudlake demo
+
+test: setup ## run the test suite (real Spark, Delta and a real Kafka broker)
+	@$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+check: lint typecheck ## ruff + mypy
+
+lint: setup ## ruff lint and format check
+	@$(BIN)/ruff check .
+	@$(BIN)/ruff format --check .
+
+typecheck: setup ## mypy (strict) on the packages
+	@$(BIN)/mypy
+
+kafka-start: setup ## start the local Kafka broker (KRaft) on 127.0.0.1
+	@$(BIN)/fraudlake kafka start
+
+kafka-stop: ## stop the local Kafka broker
+	@$(BIN)/fraudlake kafka stop
+
+clean: ## remove the work dir (lakehouse, checkpoints, broker data); keeps .venv and .jars
+	rm -rf .work

@@ -1,0 +1,37 @@
+"""Every table the product uses, and ``init_lakehouse`` that creates them idempotently.
+
+Example::
+
+    created = init_lakehouse(spark, settings)   # ['bronze_transactions', 'rules', ...] the first time, [] after
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import SparkSession
+
+from delta_tables.alerts import ALERTS
+from delta_tables.batch_log import BATCH_LOG
+from delta_tables.bronze_transactions import bronze_spec
+from delta_tables.bucket_state import BUCKET_STATE
+from delta_tables.quarantine import QUARANTINE
+from delta_tables.rule_changes import RULE_CHANGES
+from delta_tables.rules import RULES
+from delta_tables.table_spec import TableSpec, create_table
+from pipelines.settings import Settings
+
+
+def all_tables(settings: Settings) -> list[TableSpec]:
+    return [
+        bronze_spec(settings.transaction_schema),
+        RULES,
+        RULE_CHANGES,
+        BUCKET_STATE,
+        ALERTS,
+        QUARANTINE,
+        BATCH_LOG,
+    ]
+
+
+def init_lakehouse(spark: SparkSession, settings: Settings) -> list[str]:
+    """Create every missing table under the lakehouse root; return the names of those created."""
+    return [spec.name for spec in all_tables(settings) if create_table(spark, spec, settings.table_path(spec.name))]

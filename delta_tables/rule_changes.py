@@ -1,0 +1,28 @@
+"""Rule change log: every CDC event that was applied to the rules table, for audit and ``rules history``."""
+
+from __future__ import annotations
+
+from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
+
+from delta_tables.table_spec import TableSpec
+
+RULE_CHANGES_SCHEMA = StructType(
+    [
+        StructField("ruleId", LongType(), False),
+        StructField("op", StringType(), False),  # c | u | d | r | t
+        StructField("sourcePosition", StringType(), False),
+        StructField("sourceOffset", StringType(), True),
+        StructField("before", StringType(), True),  # JSON
+        StructField("after", StringType(), True),  # JSON
+        StructField("resultingState", StringType(), True),
+        StructField("appliedAt", TimestampType(), False),
+        StructField("rulesVersion", LongType(), True),
+        StructField("batchId", LongType(), True),
+    ]
+)
+
+RULE_CHANGES = TableSpec(
+    name="rule_changes",
+    schema=RULE_CHANGES_SCHEMA,
+    comment="Append-only log of applied rule CDC events with the resulting rules-table version.",
+)

@@ -1,0 +1,51 @@
+"""Rules: the current state of every rule id ever seen, with tombstones (never a physical delete).
+
+One row per ``ruleId``. ``ruleState`` is ACTIVE, PAUSED, DELETED or DISABLED; the last two are tombstones
+that keep the source position of the event that made them, so that a stale event cannot resurrect a rule.
+Change Data Feed is on: the engine and audits read rule changes from it.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.types import (
+    ArrayType,
+    BooleanType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from delta_tables.table_spec import TableSpec
+from delta_tables.transaction_types import AGGREGATE_TYPE
+
+RULES_SCHEMA = StructType(
+    [
+        StructField("ruleId", LongType(), False),
+        StructField("ruleName", StringType(), True),
+        StructField("ruleState", StringType(), False),  # ACTIVE | PAUSED | DELETED | DISABLED
+        StructField("groupingKeyNames", ArrayType(StringType(), False), True),
+        StructField("aggregateFieldName", StringType(), True),
+        StructField("aggregatorFunctionType", StringType(), True),
+        StructField("limitOperatorType", StringType(), True),
+        StructField("limit", AGGREGATE_TYPE, True),
+        StructField("windowMinutes", IntegerType(), True),
+        StructField("filter", StringType(), True),  # canonical JSON of the filter, or null
+        StructField("cooldownMinutes", IntegerType(), True),
+        StructField("disabled", BooleanType(), False),
+        StructField("sourcePosition", StringType(), False),  # sortable key; see rules_cdc.source_position
+        StructField("sourceOp", StringType(), False),
+        StructField("sourceTsMs", LongType(), True),
+        StructField("tombstonedAt", TimestampType(), True),
+        StructField("updatedAt", TimestampType(), False),
+    ]
+)
+
+RULES = TableSpec(
+    name="rules",
+    schema=RULES_SCHEMA,
+    comment="Current rules keyed by ruleId; deleted/disabled rules stay as tombstones.",
+    properties={"delta.enableChangeDataFeed": "true"},
+)

@@ -1,0 +1,240 @@
+"""A real single-node Apache Kafka broker (KRaft) run from the Maven jars in .jars/broker.
+
+``fraudlake kafka start|stop|status`` and the tests' session fixture use it: it formats storage with
+``kafka.tools.StorageTool``, starts ``kafka.Kafka`` on 127.0.0.1 with a capped heap, and waits until the
+broker answers a metadata request. No Docker, no downloaded tarball.
+
+Example::
+
+    broker = KafkaBroker.from_settings(settings)
+    broker.start()          # idempotent: returns at once if this broker already answers
+    broker.stop()
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipelines.runtime_env import ensure_java_home, jar_files, jars_dir
+from pipelines.settings import Settings
+
+_LOG4J2 = """\
+<?xml version="1.0" encoding="UTF-8"?>
+<Configuration status="WARN">
+  <Appenders>
+    <File name="file" fileName="{log_file}">
+      <PatternLayout pattern="[%d] %p %m (%c)%n"/>
+    </File>
+  </Appenders>
+  <Loggers>
+    <Logger name="kafka" level="INFO"/>
+    <Logger name="org.apache.kafka" level="WARN"/>
+    <Root level="WARN"><AppenderRef ref="file"/></Root>
+  </Loggers>
+</Configuration>
+"""
+
+
+class BrokerError(RuntimeError):
+    """The broker could not be started, or did not answer in time."""
+
+
+@dataclass(frozen=True)
+class KafkaBroker:
+    """One local KRaft broker+controller: its ports, its data folder, its heap."""
+
+    data_dir: Path
+    port: int
+    controller_port: int
+    heap: str = "512m"
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> KafkaBroker:
+        broker = settings.kafka.broker
+        return cls(
+            data_dir=Path(settings.work_dir) / "kafka",
+            port=broker.port,
+            controller_port=broker.controller_port,
+            heap=broker.heap,
+        )
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def _pid_file(self) -> Path:
+        return self.data_dir / "broker.pid"
+
+    @property
+    def log_file(self) -> Path:
+        return self.data_dir / "broker.log"
+
+    def _properties(self) -> str:
+        return "\n".join(
+            [
+                "process.roles=broker,controller",
+                "node.id=1",
+                f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}",
+                f"listeners=PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
+                f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
+                "controller.listener.names=CONTROLLER",
+                "inter.broker.listener.name=PLAINTEXT",
+                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                f"log.dirs={self.data_dir / 'logs'}",
+                "num.partitions=3",
+                "offsets.topic.replication.factor=1",
+                "offsets.topic.num.partitions=3",
+                "transaction.state.log.replication.factor=1",
+                "transaction.state.log.min.isr=1",
+                "share.coordinator.state.topic.replication.factor=1",
+                "share.coordinator.state.topic.min.isr=1",
+                "group.initial.rebalance.delay.ms=0",
+                "auto.create.topics.enable=true",
+                "log.retention.hours=168",
+                "log.segment.bytes=67108864",
+                "",
+            ]
+        )
+
+    def _java(self) -> list[str]:
+        java = Path(ensure_java_home()) / "bin" / "java"
+        jar_files("broker")  # a clear error if `make setup` has not run
+        log4j = self.data_dir / "log4j2.xml"
+        return [
+            str(java),
+            f"-Xmx{self.heap}",
+            f"-Xms{self.heap}",
+            "-XX:+UseG1GC",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={log4j}",
+            f"-Dkafka.logs.dir={self.data_dir}",
+            "-cp",
+            str(jars_dir() / "broker" / "*"),
+        ]
+
+    def _format_storage(self, config: Path) -> None:
+        if (self.data_dir / "logs" / "meta.properties").exists():
+            return
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        result = subprocess.run(
+            [
+                *self._java(),
+                "kafka.tools.StorageTool",
+                "format",
+                f"--cluster-id={cluster_id}",
+                "-c",
+                str(config),
+                "--ignore-formatted",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if result.returncode != 0:
+            raise BrokerError(f"formatting Kafka storage failed:\n{result.stdout}\n{result.stderr}")
+
+    def pid(self) -> int | None:
+        """The pid of this broker's process if it is alive."""
+        try:
+            pid = int(self._pid_file.read_text().strip())
+            os.kill(pid, 0)
+        except (FileNotFoundError, ValueError, ProcessLookupError, PermissionError):
+            return None
+        return pid
+
+    def answers(self, timeout_s: float = 2.0) -> bool:
+        """Whether the broker answers a Kafka metadata request."""
+        if not _port_open(self.port):
+            return False
+        from kafka import KafkaAdminClient
+
+        try:
+            admin = KafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=int(timeout_s * 1000))
+        except Exception:
+            return False
+        try:
+            admin.list_topics()
+            return True
+        except Exception:
+            return False
+        finally:
+            admin.close()
+
+    def start(self, wait_s: float = 90.0) -> None:
+        """Format storage once, start the broker in the background, and wait until it answers."""
+        if self.pid() is not None and self.answers():
+            return
+        if _port_open(self.port):
+            raise BrokerError(f"port {self.port} is taken by another process; set kafka.broker.port in conf")
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        config = self.data_dir / "server.properties"
+        config.write_text(self._properties())
+        (self.data_dir / "log4j2.xml").write_text(_LOG4J2.format(log_file=self.log_file))
+        self._format_storage(config)
+        with open(self.data_dir / "stdout.log", "ab") as out:
+            process = subprocess.Popen(
+                [*self._java(), "kafka.Kafka", str(config)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        self._pid_file.write_text(str(process.pid))
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise BrokerError(f"Kafka exited with {process.returncode}; see {self.data_dir / 'stdout.log'}")
+            if self.answers():
+                return
+            time.sleep(0.5)
+        self.stop()
+        raise BrokerError(f"Kafka did not answer on {self.bootstrap} within {wait_s:.0f}s; see {self.log_file}")
+
+    def stop(self, wait_s: float = 30.0) -> bool:
+        """Stop the broker (SIGTERM, then SIGKILL after ``wait_s``); return whether one was running."""
+        pid = self.pid()
+        if pid is None:
+            return False
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and _alive(pid):
+            time.sleep(0.2)
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+        self._pid_file.unlink(missing_ok=True)
+        return True
+
+    def status(self) -> str:
+        pid = self.pid()
+        if pid is None:
+            return "stopped"
+        return f"running (pid {pid}, {self.bootstrap}, {'answering' if self.answers() else 'not answering'})"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        reaped, _ = os.waitpid(pid, os.WNOHANG)
+        if reaped == pid:
+            return False
+    except ChildProcessError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0

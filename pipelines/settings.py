@@ -1,0 +1,198 @@
+"""Typed, versioned settings loaded from ``conf/*.yaml``, with command-line and environment overrides.
+
+Example::
+
+    settings = load_settings()                                  # conf/local.yaml
+    settings = load_settings("conf/databricks.yaml", lakehouse="/tmp/lh")
+    settings.table_path("alerts")                               # '/tmp/lh/alerts'
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+
+SETTINGS_VERSION = 1
+"""The ``version`` a conf file must declare; bump it with any incompatible change to the settings."""
+
+LAKEHOUSE_ENV = "FRAUDLAKE_LAKEHOUSE"
+CONF_ENV = "FRAUDLAKE_CONF"
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_CONF = REPO_ROOT / "conf" / "local.yaml"
+
+FieldType = str
+_SIMPLE_TYPES = {"string", "long", "int", "double", "boolean", "timestamp", "date"}
+_DECIMAL = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
+NUMERIC_TYPES = {"long", "int", "double"}
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class SparkSettings(_Frozen):
+    master: str = "local[2]"
+    shuffle_partitions: int = Field(4, ge=1)
+    driver_memory: str = "4g"
+    ui_enabled: bool = False
+    extra_conf: dict[str, str] = Field(default_factory=dict)
+
+
+class KafkaTopics(_Frozen):
+    transactions: str = "fraudlake.transactions"
+    rules: str = "fraudlake.rules"
+    alerts: str = "fraudlake.alerts"
+
+
+class KafkaSecurity(_Frozen):
+    """Kafka client security. Credentials are read from the named environment variables, never from files."""
+
+    protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    sasl_username_env: str | None = None
+    sasl_password_env: str | None = None
+    ssl_cafile: str | None = None
+
+    def username(self) -> str | None:
+        return os.environ.get(self.sasl_username_env) if self.sasl_username_env else None
+
+    def password(self) -> SecretStr | None:
+        value = os.environ.get(self.sasl_password_env) if self.sasl_password_env else None
+        return SecretStr(value) if value is not None else None
+
+
+class BrokerSettings(_Frozen):
+    """The local KRaft broker that ``fraudlake kafka start`` runs (never used on Databricks)."""
+
+    port: int = Field(19092, ge=1024, le=65535)
+    controller_port: int = Field(19093, ge=1024, le=65535)
+    heap: str = "512m"
+
+
+class KafkaSettings(_Frozen):
+    bootstrap_servers: str = "127.0.0.1:19092"
+    topics: KafkaTopics = KafkaTopics()
+    partitions: int = Field(3, ge=1)
+    retention_ms: int = Field(7 * 24 * 3600 * 1000, ge=60_000)
+    starting_offsets: Literal["earliest", "latest"] = "earliest"
+    max_offsets_per_trigger: int = Field(200_000, ge=1)
+    security: KafkaSecurity = KafkaSecurity()
+    broker: BrokerSettings = BrokerSettings()
+
+
+class EngineSettings(_Frozen):
+    bucket_seconds: int = Field(60, ge=1, le=3600)
+    allowed_lateness_seconds: int = Field(300, ge=0)
+    trigger_interval_seconds: float = Field(5, gt=0)
+    retention_every_batches: int = Field(20, ge=1)
+    backfill_retention_days: int = Field(31, ge=1)
+
+    @field_validator("bucket_seconds")
+    @classmethod
+    def _divides_a_minute_or_is_whole_minutes(cls, value: int) -> int:
+        if 60 % value and value % 60:
+            raise ValueError("bucket_seconds must divide 60 or be a whole number of minutes")
+        return value
+
+
+class TransactionField(_Frozen):
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    type: FieldType
+    required: bool = False
+
+    @field_validator("type")
+    @classmethod
+    def _known_type(cls, value: str) -> str:
+        value = value.strip().lower()
+        if value not in _SIMPLE_TYPES and not _DECIMAL.match(value):
+            raise ValueError(f"unknown field type {value!r}; use one of {sorted(_SIMPLE_TYPES)} or decimal(p,s)")
+        return value
+
+    @property
+    def is_numeric(self) -> bool:
+        return self.type in NUMERIC_TYPES or self.type.startswith("decimal")
+
+
+class TransactionSchema(_Frozen):
+    """The transaction fields rules may reference; ``transactionId``, ``eventTime``, ``paymentAmount`` are required."""
+
+    fields: tuple[TransactionField, ...]
+
+    @model_validator(mode="after")
+    def _has_core_fields(self) -> TransactionSchema:
+        names = [f.name for f in self.fields]
+        if len(set(names)) != len(names):
+            raise ValueError("transaction_schema has duplicate field names")
+        for core, kind in (("transactionId", "string"), ("eventTime", "timestamp")):
+            if core not in names or self.field(core).type != kind:
+                raise ValueError(f"transaction_schema must declare {core} as {kind}")
+        return self
+
+    def field(self, name: str) -> TransactionField:
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise KeyError(name)
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in self.fields)
+
+
+class Settings(_Frozen):
+    version: int
+    environment: Literal["local", "databricks", "test"] = "local"
+    work_dir: str = ".work"
+    lakehouse_root: str = ".work/lakehouse"
+    spark: SparkSettings = SparkSettings()
+    kafka: KafkaSettings = KafkaSettings()
+    engine: EngineSettings = EngineSettings()
+    transaction_schema: TransactionSchema
+
+    @field_validator("version")
+    @classmethod
+    def _supported_version(cls, value: int) -> int:
+        if value != SETTINGS_VERSION:
+            raise ValueError(f"conf version {value} is not supported; this fraudlake reads version {SETTINGS_VERSION}")
+        return value
+
+    def table_path(self, table: str) -> str:
+        """Where a lakehouse table lives: ``<lakehouse_root>/<table>``."""
+        return f"{self.lakehouse_root.rstrip('/')}/{table}"
+
+    def checkpoint_path(self, job: str) -> str:
+        return f"{self.lakehouse_root.rstrip('/')}/_checkpoints/{job}"
+
+    def landing_path(self, feed: str) -> str:
+        return f"{self.lakehouse_root.rstrip('/')}/_landing/{feed}"
+
+    def with_lakehouse(self, root: str) -> Settings:
+        return self.model_copy(update={"lakehouse_root": root})
+
+
+def _absolute(path: str, base: Path) -> str:
+    if "://" in path or path.startswith("/"):
+        return path
+    return str((base / path).resolve())
+
+
+def load_settings(conf: str | Path | None = None, *, lakehouse: str | None = None) -> Settings:
+    """Load settings: ``conf`` (else ``$FRAUDLAKE_CONF``, else conf/local.yaml), then the lakehouse override.
+
+    The lakehouse root is ``lakehouse`` if given, else ``$FRAUDLAKE_LAKEHOUSE``, else the file's value.
+    Relative paths resolve against the current directory.
+    """
+    conf_path = Path(conf or os.environ.get(CONF_ENV) or DEFAULT_CONF)
+    raw = yaml.safe_load(conf_path.read_text())
+    if not isinstance(raw, dict):
+        raise ValueError(f"{conf_path}: expected a mapping of settings")
+    settings = Settings.model_validate(raw)
+    root = lakehouse or os.environ.get(LAKEHOUSE_ENV) or settings.lakehouse_root
+    cwd = Path.cwd()
+    return settings.model_copy(
+        update={"lakehouse_root": _absolute(root, cwd), "work_dir": _absolute(settings.work_dir, cwd)}
+    )

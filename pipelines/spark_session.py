@@ -1,0 +1,59 @@
+"""The one SparkSession factory, used by the CLI, the jobs, the notebooks and the tests.
+
+Example::
+
+    spark = get_spark(load_settings())
+    spark.range(3).write.format("delta").save("/tmp/t")
+"""
+
+from __future__ import annotations
+
+import os
+
+from pyspark.sql import SparkSession
+
+from pipelines.runtime_env import ensure_java_home, jar_files, on_databricks
+from pipelines.settings import Settings
+
+DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+
+
+def local_spark_conf(settings: Settings) -> dict[str, str]:
+    """Configuration of a local session: Delta, the jars from .jars/spark, loopback only, small shuffles."""
+    conf = {
+        "spark.jars": ",".join(str(p) for p in jar_files("spark")),
+        "spark.sql.extensions": DELTA_EXTENSION,
+        "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.driver.host": "127.0.0.1",
+        "spark.ui.enabled": str(settings.spark.ui_enabled).lower(),
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": str(settings.spark.shuffle_partitions),
+        "spark.default.parallelism": str(settings.spark.shuffle_partitions),
+        "spark.driver.memory": settings.spark.driver_memory,
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.warehouse.dir": f"{settings.work_dir}/spark-warehouse",
+        "spark.driver.extraJavaOptions": f"-Dderby.system.home={settings.work_dir}/derby",
+        # Small local tables: skip Delta's per-commit checksum/stats overheads that only pay off at scale.
+        "spark.databricks.delta.snapshotPartitions": "2",
+        "spark.databricks.delta.properties.defaults.enableChangeDataFeed": "false",
+    }
+    conf.update(settings.spark.extra_conf)
+    return conf
+
+
+def get_spark(settings: Settings, app_name: str = "fraudlake") -> SparkSession:
+    """Return the session to use: Databricks' own one there (nothing fetched), else a configured local one."""
+    if on_databricks():
+        return SparkSession.builder.getOrCreate()
+    ensure_java_home()
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = SparkSession.builder.appName(app_name)
+    if settings.spark.master:
+        builder = builder.master(settings.spark.master)
+    for key, value in local_spark_conf(settings).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark

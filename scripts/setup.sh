@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Idempotent set-up for a fresh clone: a Python 3.11 virtualenv with the pinned packages, and the JVM jars
+# (Delta, the Spark Kafka connector, the Kafka broker) copied from Maven Central by Maven.
+# A second run only compares two stamps and returns.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3.11}
+VENV=.venv
+stamp_of() { cat "$@" | sha256sum | cut -c1-16; }
+
+py_stamp=$(stamp_of pyproject.toml constraints.txt)
+if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$VENV/.fraudlake-stamp" 2>/dev/null)" != "$py_stamp" ]; then
+  echo "setup: creating $VENV and installing Python packages (first run: a few minutes)"
+  [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+  "$VENV/bin/python" -m pip install -q --upgrade pip
+  "$VENV/bin/python" -m pip install -q -c constraints.txt -e ".[dq,dev]"
+  echo "$py_stamp" > "$VENV/.fraudlake-stamp"
+fi
+
+bash scripts/jars.sh

@@ -1,0 +1,85 @@
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from pipelines.settings import Settings
+from rules_cdc.rule_model import Aggregator, LimitOperator, RuleState, RuleValidationError, parse_rule
+
+SEED = {
+    "ruleId": 1,
+    "ruleState": "ACTIVE",
+    "groupingKeyNames": ["payerId", "beneficiaryId"],
+    "aggregateFieldName": "paymentAmount",
+    "aggregatorFunctionType": "SUM",
+    "limitOperatorType": "GREATER",
+    "limit": 1000000,
+    "windowMinutes": 10080,
+}
+
+
+def test_seed_rule_parses_as_is(base_settings: Settings) -> None:
+    rule = parse_rule(SEED, base_settings.transaction_schema)
+    assert rule.rule_id == 1 and rule.rule_state is RuleState.ACTIVE
+    assert rule.grouping_key_names == ("payerId", "beneficiaryId")
+    assert rule.aggregator_function_type is Aggregator.SUM and rule.limit == Decimal("1000000")
+    assert rule.to_json_dict() | {"ruleName": None} == {
+        **SEED,
+        "ruleName": None,
+        "filter": None,
+        "cooldownMinutes": None,
+        "disabled": False,
+    }
+
+
+def test_snake_case_row_with_json_strings_and_aliases(base_settings: Settings) -> None:
+    row = {
+        "rule_id": 7,
+        "rule_state": "PAUSE",
+        "grouping_key_names": '["payerId"]',
+        "aggregate_field_name": "COUNT_FLINK",
+        "aggregator_function_type": "SUM",
+        "limit_operator_type": "GREATER_EQUAL",
+        "limit_value": "5",
+        "window_minutes": 60,
+        "filter": '{"any": [{"field": "paymentType", "op": "IN", "value": ["CSH"]}]}',
+    }
+    rule = parse_rule(row, base_settings.transaction_schema)
+    assert rule.rule_state is RuleState.PAUSED and rule.counts_transactions
+    assert rule.filter_json == '{"any":[{"field":"paymentType","op":"IN","value":["CSH"]}]}'
+
+
+def test_rules_sharing_keys_field_and_filter_share_state(base_settings: Settings) -> None:
+    a = parse_rule(SEED, base_settings.transaction_schema)
+    b = parse_rule(
+        {**SEED, "ruleId": 2, "aggregatorFunctionType": "MAX", "windowMinutes": 5}, base_settings.transaction_schema
+    )
+    c = parse_rule({**SEED, "ruleId": 3, "groupingKeyNames": ["payerId"]}, base_settings.transaction_schema)
+    assert a.state_id == b.state_id != c.state_id
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"groupingKeyNames": ["nope"]}, "unknown transaction fields"),
+        ({"aggregateFieldName": "paymentType"}, "not numeric"),
+        ({"windowMinutes": 43201}, "windowMinutes"),
+        ({"limit": "a lot"}, "limit must be a number"),
+        ({"filter": {"field": "payerId", "op": "EQUAL", "value": "x"}}, "compares numeric field"),
+        ({"filter": {"field": "ghost", "op": "EQUAL", "value": 1}}, "unknown transaction field"),
+        ({"extra": 1}, "Extra inputs are not permitted"),
+        ({"ruleState": "DELETED"}, "set by delete events"),
+    ],
+)
+def test_invalid_rules_are_rejected_with_a_reason(
+    base_settings: Settings, change: dict[str, object], reason: str
+) -> None:
+    with pytest.raises(RuleValidationError, match=reason):
+        parse_rule({**SEED, **change}, base_settings.transaction_schema)
+
+
+def test_limit_operator_holds() -> None:
+    assert LimitOperator.GREATER.holds(Decimal(2), Decimal(1))
+    assert not LimitOperator.GREATER.holds(Decimal(1), Decimal(1))
+    assert LimitOperator.NOT_EQUAL.holds(Decimal(1), Decimal(2))
