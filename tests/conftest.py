@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,8 +13,12 @@ from pipelines.kafka_broker import KafkaBroker
 from pipelines.settings import Settings, SparkSettings, load_settings
 from pipelines.spark_session import get_spark
 
-TEST_KAFKA_PORT = 29092
-TEST_CONTROLLER_PORT = 29093
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
 
 
 @pytest.fixture(scope="session")
@@ -45,9 +50,8 @@ def spark(base_settings: Settings) -> Iterator[SparkSession]:
 @pytest.fixture(scope="session")
 def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
     """A real single-node KRaft broker on 127.0.0.1, started once for the session and stopped after."""
-    broker = KafkaBroker(
-        data_dir=tmp_path_factory.mktemp("kafka"), port=TEST_KAFKA_PORT, controller_port=TEST_CONTROLLER_PORT
-    )
+    # Free ports, so that two test sessions on one machine never share a broker.
+    broker = KafkaBroker(data_dir=tmp_path_factory.mktemp("kafka"), port=_free_port(), controller_port=_free_port())
     broker.start()
     yield broker
     broker.stop()

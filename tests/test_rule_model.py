@@ -3,6 +3,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
+from pyspark.sql import SparkSession
 
 from pipelines.settings import Settings
 from rules_cdc.rule_model import Aggregator, LimitOperator, RuleState, RuleValidationError, parse_rule
@@ -83,3 +84,26 @@ def test_limit_operator_holds() -> None:
     assert LimitOperator.GREATER.holds(Decimal(2), Decimal(1))
     assert not LimitOperator.GREATER.holds(Decimal(1), Decimal(1))
     assert LimitOperator.NOT_EQUAL.holds(Decimal(1), Decimal(2))
+
+
+def test_rules_table_row_round_trip(spark: SparkSession, base_settings: Settings) -> None:
+    from delta_tables.rules import RULES_SCHEMA
+    from rules_cdc.rules_table import live_rules, rule_from_row, rule_to_row
+
+    rule = parse_rule(
+        {**SEED, "filter": {"field": "paymentType", "op": "EQUAL", "value": "CSH"}, "cooldownMinutes": 5},
+        base_settings.transaction_schema,
+    )
+    live = rule_to_row(rule, source_position="p1", source_op="c", source_ts_ms=1)
+    dead = rule_to_row(
+        rule.model_copy(update={"rule_id": 2}),
+        source_position="p2",
+        source_op="d",
+        source_ts_ms=2,
+        state=RuleState.DELETED,
+    )
+    frame = spark.createDataFrame([live, dead], RULES_SCHEMA)
+    rows = [r.asDict() for r in live_rules(frame).collect()]
+    assert [rule_from_row(r) for r in rows] == [rule]
+    with pytest.raises(ValueError, match="tombstone"):
+        rule_from_row(dead)

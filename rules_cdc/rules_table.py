@@ -1,0 +1,86 @@
+"""Rules-table rows <-> ``Rule``: the one mapping between the Delta rules table and the rule model.
+
+Example::
+
+    row = rule_to_row(rule, source_position="pg:...", source_op="c", source_ts_ms=1700000000000)
+    rules = [rule_from_row(r.asDict()) for r in live_rules(spark.read.format("delta").load(path)).collect()]
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from rules_cdc.rule_model import Rule, RuleState
+
+RULE_FIELDS = (
+    "ruleId",
+    "ruleName",
+    "ruleState",
+    "groupingKeyNames",
+    "aggregateFieldName",
+    "aggregatorFunctionType",
+    "limitOperatorType",
+    "limit",
+    "windowMinutes",
+    "filter",
+    "cooldownMinutes",
+    "disabled",
+)
+"""The rules-table columns that make up a rule (the rest are CDC bookkeeping)."""
+
+LIVE_STATES = (RuleState.ACTIVE.value, RuleState.PAUSED.value)
+
+
+def rule_to_row(
+    rule: Rule,
+    *,
+    source_position: str,
+    source_op: str,
+    source_ts_ms: int | None,
+    state: RuleState | None = None,
+    now: dt.datetime | None = None,
+) -> dict[str, Any]:
+    """A rules-table row for ``rule``; ``state`` overrides the rule's own (DELETED/DISABLED tombstones)."""
+    now = now or dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    effective = state or (RuleState.DISABLED if rule.disabled else rule.rule_state)
+    return {
+        "ruleId": rule.rule_id,
+        "ruleName": rule.rule_name,
+        "ruleState": effective.value,
+        "groupingKeyNames": list(rule.grouping_key_names),
+        "aggregateFieldName": rule.aggregate_field_name,
+        "aggregatorFunctionType": rule.aggregator_function_type.value,
+        "limitOperatorType": rule.limit_operator_type.value,
+        "limit": rule.limit,
+        "windowMinutes": rule.window_minutes,
+        "filter": rule.filter_json,
+        "cooldownMinutes": rule.cooldown_minutes,
+        "disabled": rule.disabled,
+        "sourcePosition": source_position,
+        "sourceOp": source_op,
+        "sourceTsMs": source_ts_ms,
+        "tombstonedAt": now if effective in (RuleState.DELETED, RuleState.DISABLED) else None,
+        "updatedAt": now,
+    }
+
+
+def rule_from_row(row: dict[str, Any]) -> Rule:
+    """The ``Rule`` of a live (ACTIVE or PAUSED) rules-table row."""
+    if row["ruleState"] not in LIVE_STATES:
+        raise ValueError(f"rule {row['ruleId']} is a tombstone ({row['ruleState']}), not a live rule")
+    return Rule.model_validate({name: row[name] for name in RULE_FIELDS})
+
+
+def live_rules(rules: DataFrame) -> DataFrame:
+    """The ACTIVE and PAUSED rows of a rules-table frame (tombstones excluded)."""
+    return rules.where(F.col("ruleState").isin(*LIVE_STATES))
+
+
+def rule_snapshot_json(rule: Rule) -> str:
+    """The rule as evaluated, for the alerts table: camelCase JSON with sorted keys."""
+    return json.dumps(rule.to_json_dict(), sort_keys=True, separators=(",", ":"))

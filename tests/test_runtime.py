@@ -1,0 +1,39 @@
+"""The Python and JVM halves of the runtime are the same releases, and Spark loads the jars from .jars/spark."""
+
+from __future__ import annotations
+
+import re
+from importlib.metadata import version
+from pathlib import Path
+
+import delta
+import pyspark
+from pyspark.sql import SparkSession
+
+from pipelines.runtime_env import REPO_ROOT, jar_files
+
+
+def _pom_property(pom: Path, name: str) -> str:
+    match = re.search(rf"<{re.escape(name)}>([^<]+)</{re.escape(name)}>", pom.read_text())
+    assert match, f"{name} missing from {pom}"
+    return match.group(1)
+
+
+def test_pip_pins_equal_the_maven_jars() -> None:
+    pom = REPO_ROOT / "jvm" / "spark" / "pom.xml"
+    assert pyspark.__version__ == _pom_property(pom, "spark.version")
+    assert version("delta-spark") == _pom_property(pom, "delta.version")
+    names = {p.name for p in jar_files("spark")}
+    assert f"delta-spark_4.1_2.13-{version('delta-spark')}.jar" in names
+    assert f"spark-sql-kafka-0-10_2.13-{pyspark.__version__}.jar" in names
+    assert not any(n.startswith(("spark-sql_", "spark-core_", "scala-library")) for n in names), names
+
+
+def test_session_runs_delta_sql_and_knows_its_jars(spark: SparkSession) -> None:
+    assert spark.version == pyspark.__version__
+    jars = spark.conf.get("spark.jars") or ""
+    assert "delta-spark_4.1_2.13" in jars and "spark-sql-kafka" in jars
+    assert spark.conf.get("spark.sql.extensions") == "io.delta.sql.DeltaSparkSessionExtension"
+    assert spark.conf.get("spark.driver.host") == "127.0.0.1"
+    assert spark.sql("SELECT 1 AS one").first()["one"] == 1
+    assert delta.__name__ == "delta"
