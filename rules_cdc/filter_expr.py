@@ -165,9 +165,9 @@ def compile_filter(cond: All | AnyOf | Not | Leaf | None) -> Column:
     comparison: Column
     if cond.op is FilterOperator.IN:
         assert isinstance(cond.value, tuple)
-        comparison = column.isin([F.lit(v) for v in cond.value])
+        comparison = column.isin([_literal(v) for v in cond.value])
     else:
-        value = F.lit(cond.value)
+        value = _literal(cond.value)
         comparison = {
             FilterOperator.GREATER: lambda: column > value,
             FilterOperator.GREATER_EQUAL: lambda: column >= value,
@@ -177,6 +177,13 @@ def compile_filter(cond: All | AnyOf | Not | Leaf | None) -> Column:
             FilterOperator.NOT_EQUAL: lambda: column != value,
         }[cond.op]()
     return F.coalesce(comparison, F.lit(False))
+
+
+def _literal(value: Scalar) -> Column:
+    """A literal that compares exactly: a float becomes a Decimal of its shortest repr (0.1 stays 0.1)."""
+    if isinstance(value, float):
+        return F.lit(Decimal(repr(value)))
+    return F.lit(value)
 
 
 def _fold(columns: list[Column], how: str) -> Column:

@@ -33,3 +33,13 @@ def test_hostile_filter_text_stays_a_literal(spark: SparkSession) -> None:
     assert [r.transactionId for r in frame.where(compile_filter(cond)).collect()] == ["t1"]
     cond = parse_filter({"field": "paymentType", "op": "EQUAL", "value": "' OR 1=1 --"})
     assert frame.where(compile_filter(cond)).count() == 0
+
+
+def test_fractional_literals_compare_exactly_against_decimals(spark: SparkSession) -> None:
+    frame = spark.createDataFrame([("t1", "0.10"), ("t2", "0.30")], "transactionId string, a string").selectExpr(
+        "transactionId", "CAST(a AS DECIMAL(18,2)) AS paymentAmount"
+    )
+    cond = parse_filter({"field": "paymentAmount", "op": "EQUAL", "value": 0.1})
+    assert [r.transactionId for r in frame.where(compile_filter(cond)).collect()] == ["t1"]
+    cond = parse_filter({"field": "paymentAmount", "op": "IN", "value": [0.3, 7]})
+    assert [r.transactionId for r in frame.where(compile_filter(cond)).collect()] == ["t2"]

@@ -1,0 +1,160 @@
+"""The transaction generator: seeded determinism, schema, skew, injected patterns, and its sinks."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter, defaultdict
+from dataclasses import replace
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from pipelines.generator import (
+    FAN_OUT_SIZE,
+    LARGE_PAYMENT_MIN,
+    NORMAL_AMOUNT_CAP,
+    STRUCTURING_FLOOR,
+    STRUCTURING_LIMIT,
+    STRUCTURING_SIZE,
+    VELOCITY_BURST_SIZE,
+    FraudRates,
+    GeneratorConfig,
+    Transaction,
+    TransactionGenerator,
+    generate,
+    to_json,
+)
+from pipelines.settings import Settings
+
+START_MS = 1_700_000_000_000
+UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
+AMOUNT = re.compile(r"^\d+\.\d{2}$")
+EXTRA_FIELDS = ("fraudPattern", "fraudEpisode")
+
+
+def run_steps(config: GeneratorConfig, steps: int) -> tuple[TransactionGenerator, list[Transaction]]:
+    """``steps`` arrivals, then every record still scheduled: all episodes complete."""
+    generator = TransactionGenerator(config)
+    records: list[Transaction] = []
+    for _ in range(steps):
+        records.extend(generator.step())
+    records.extend(generator.drain())
+    return generator, records
+
+
+def episodes_of(records: list[Transaction]) -> dict[str, list[Transaction]]:
+    grouped: dict[str, list[Transaction]] = defaultdict(list)
+    for record in records:
+        if record["fraudEpisode"] is not None:
+            grouped[record["fraudEpisode"]].append(record)
+    return grouped
+
+
+def test_a_seed_reproduces_a_run_exactly() -> None:
+    config = GeneratorConfig(seed=42, start_ms=START_MS, fraud=FraudRates.split(0.05), jitter_ms=500)
+    first, again = generate(config, 3000), generate(config, 3000)
+    assert first == again
+    assert generate(config, 1000) == first[:1000]
+    other = generate(GeneratorConfig(seed=43, start_ms=START_MS, fraud=FraudRates.split(0.05)), 3000)
+    assert {r["transactionId"] for r in other}.isdisjoint(r["transactionId"] for r in first)
+    assert len({r["transactionId"] for r in first}) == 3000
+
+
+def test_records_match_the_transaction_schema(base_settings: Settings) -> None:
+    records = generate(GeneratorConfig(seed=1, start_ms=START_MS, fraud=FraudRates.split(0.05)), 2000)
+    names = base_settings.transaction_schema.names()
+    for record in records:
+        assert tuple(record) == (*names, *EXTRA_FIELDS)
+        assert UUID.match(record["transactionId"])
+        assert type(record["eventTime"]) is int and record["eventTime"] >= START_MS
+        assert type(record["payerId"]) is int and type(record["beneficiaryId"]) is int
+        assert AMOUNT.match(record["paymentAmount"]) and Decimal(record["paymentAmount"]) >= Decimal("0.01")
+        assert record["paymentType"] in {"CRD", "TRF", "CSH", "DD", "CHQ"}
+        assert re.match(r"^[A-Z]{3}$", record["currency"]) and re.match(r"^[A-Z]{2}$", record["country"])
+        assert record["channel"] in {"POS", "WEB", "MOBILE", "BRANCH", "ATM", "BATCH"}
+        assert json.loads(to_json(record)) == record
+    mix = Counter(r["paymentType"] for r in records)
+    assert mix.most_common(1)[0][0] == "CRD" and len(mix) == 5
+
+
+def test_event_time_advances_at_the_simulated_rate_and_jitter_reorders_a_little() -> None:
+    config = GeneratorConfig(seed=2, start_ms=START_MS, events_per_second=50, fraud=FraudRates())
+    records = generate(config, 5000)
+    times = [r["eventTime"] for r in records]
+    assert times == sorted(times)
+    assert 95_000 <= times[-1] - START_MS <= 105_000  # 5000 arrivals at 50/s: ~100 s
+    jittered = [r["eventTime"] for r in generate(replace(config, jitter_ms=300), 5000)]
+    assert jittered != sorted(jittered)
+    assert all(t >= max(jittered[: i + 1]) - 300 for i, t in enumerate(jittered))
+
+
+def test_keys_are_skewed() -> None:
+    config = GeneratorConfig(seed=3, start_ms=START_MS, payers=1000, beneficiaries=1000, fraud=FraudRates())
+    generator = TransactionGenerator(config)
+    records = [r for _ in range(20_000) for r in generator.step()]
+    payers = Counter(r["payerId"] for r in records)
+    top_share = payers.most_common(1)[0][1] / len(records)
+    assert top_share > 10 * (1 / 1000)  # uniform would be 0.1 %
+    assert top_share == pytest.approx(generator.payer_keys.share(1), rel=0.25)
+    top_tenth = sum(n for _, n in payers.most_common(100)) / len(records)
+    assert top_tenth > 0.25
+    beneficiaries = Counter(r["beneficiaryId"] for r in records)
+    assert beneficiaries.most_common(1)[0][1] / len(records) > top_share  # merchants are more concentrated
+
+
+def test_each_pattern_appears_at_its_rate_and_is_labelled() -> None:
+    rates = FraudRates(large_payment=0.01, velocity_burst=0.004, structuring=0.006, fan_out=0.003)
+    steps = 20_000
+    generator, records = run_steps(GeneratorConfig(seed=4, start_ms=START_MS, fraud=rates), steps)
+    episodes = episodes_of(records)
+    started = Counter(e.split(":")[0] for e in episodes)
+    assert started == generator.episodes
+    for pattern, rate in rates.as_dict().items():
+        expected, sigma = steps * rate, (steps * rate * (1 - rate)) ** 0.5
+        assert abs(started[pattern] - expected) <= 4 * sigma, (pattern, started[pattern], expected)
+    normal = [r for r in records if r["fraudPattern"] is None]
+    assert all(r["fraudEpisode"] is None and Decimal(r["paymentAmount"]) <= NORMAL_AMOUNT_CAP for r in normal)
+    assert len(normal) == steps - sum(started.values())
+    normal_beneficiaries = {r["beneficiaryId"] for r in normal}
+    for episode, members in episodes.items():
+        pattern = episode.split(":")[0]
+        assert {r["fraudPattern"] for r in members} == {pattern}
+        assert len({r["payerId"] for r in members}) == 1
+        span_ms = max(r["eventTime"] for r in members) - min(r["eventTime"] for r in members)
+        amounts = [Decimal(r["paymentAmount"]) for r in members]
+        if pattern == "large_payment":
+            assert len(members) == 1 and amounts[0] >= LARGE_PAYMENT_MIN
+        elif pattern == "velocity_burst":
+            assert VELOCITY_BURST_SIZE[0] <= len(members) <= VELOCITY_BURST_SIZE[1] and span_ms <= 90_000
+            assert {r["paymentType"] for r in members} == {"CRD"}
+        elif pattern == "structuring":
+            assert STRUCTURING_SIZE[0] <= len(members) <= STRUCTURING_SIZE[1] and span_ms <= 30 * 60_000
+            assert len({r["beneficiaryId"] for r in members}) == 1
+            assert all(STRUCTURING_FLOOR <= a < STRUCTURING_LIMIT for a in amounts)
+        else:
+            assert FAN_OUT_SIZE[0] <= len(members) <= FAN_OUT_SIZE[1] and span_ms <= 150_000
+            beneficiaries = {r["beneficiaryId"] for r in members}
+            assert len(beneficiaries) == len(members) and beneficiaries.isdisjoint(normal_beneficiaries)
+
+
+def test_no_fraud_means_no_labels() -> None:
+    records = generate(GeneratorConfig(seed=5, start_ms=START_MS, fraud=FraudRates()), 3000)
+    assert {(r["fraudPattern"], r["fraudEpisode"]) for r in records} == {(None, None)}
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"events_per_second": 0},
+        {"payers": 0},
+        {"payer_skew": -1.0},
+        {"jitter_ms": -5},
+    ],
+)
+def test_config_rejects_nonsense(bad: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        GeneratorConfig(**bad)
+    with pytest.raises(ValueError):
+        FraudRates(large_payment=0.6, fan_out=0.6)
