@@ -37,6 +37,8 @@ def local_spark_conf(settings: Settings) -> dict[str, str]:
         "spark.driver.extraJavaOptions": f"-Dderby.system.home={settings.work_dir}/derby",
         # Small local tables: skip Delta's per-commit checksum/stats overheads that only pay off at scale.
         "spark.databricks.delta.snapshotPartitions": "2",
+        # File listing (VACUUM, partition discovery) fans out to 10,000 tasks by default: minutes on 2 cores.
+        "spark.sql.sources.parallelPartitionDiscovery.parallelism": str(settings.spark.shuffle_partitions),
         "spark.databricks.delta.properties.defaults.enableChangeDataFeed": "false",
     }
     conf.update(settings.spark.extra_conf)
