@@ -12,7 +12,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: help setup jars demo test check lint typecheck kafka-start kafka-stop clean
+.PHONY: help setup jars demo test check lint typecheck dq dq-ci kafka-start kafka-stop clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -34,6 +34,14 @@ lint: setup ## ruff lint and format check
 
 typecheck: setup ## mypy (strict) on the packages
 	@$(BIN)/mypy
+
+dq: setup ## data-quality suites on the lakehouse; report in <lakehouse>/_reports/dq.md, exit 1 on a failure
+	@$(BIN)/fraudlake dq
+
+dq-ci: setup ## CI: the pipeline end to end on generated data (fraudlake demo), then fraudlake dq on its lakehouse
+	@rm -rf .work/ci-lakehouse
+	@$(BIN)/fraudlake demo --lakehouse .work/ci-lakehouse
+	@$(BIN)/fraudlake dq --lakehouse .work/ci-lakehouse
 
 kafka-start: setup ## start the local Kafka broker (KRaft) on 127.0.0.1
 	@$(BIN)/fraudlake kafka start

@@ -1,4 +1,9 @@
-"""Rule change log: every CDC event that was applied to the rules table, for audit and ``rules history``."""
+"""Rule change log: every CDC event that was applied to the rules table, for audit and ``rules history``.
+
+One row per event newer than the table's row for its rule (events superseded within their batch included,
+with their own position); a truncate logs ``ruleId = -1`` and one row per live rule it tombstoned.
+``rulesVersion`` is the rules-table version the batch's MERGE committed. See docs/rules-cdc.md.
+"""
 
 from __future__ import annotations
 

@@ -2,6 +2,8 @@
 
 One row per ``ruleId``. ``ruleState`` is ACTIVE, PAUSED, DELETED or DISABLED; the last two are tombstones
 that keep the source position of the event that made them, so that a stale event cannot resurrect a rule.
+``ruleId = -1`` is the truncate watermark (a DELETED row at the newest truncate's position; never live).
+Written only by the CDC MERGE (``delta_tables.rules_merge``); see docs/rules-cdc.md.
 Change Data Feed is on: the engine and audits read rule changes from it.
 """
 

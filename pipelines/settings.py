@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+from decimal import Decimal
 from pathlib import Path
 from typing import Literal
 
@@ -21,6 +22,7 @@ SETTINGS_VERSION = 1
 """The ``version`` a conf file must declare; bump it with any incompatible change to the settings."""
 
 LAKEHOUSE_ENV = "FRAUDLAKE_LAKEHOUSE"
+KAFKA_BOOTSTRAP_ENV = "FRAUDLAKE_KAFKA_BOOTSTRAP"
 CONF_ENV = "FRAUDLAKE_CONF"
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONF = REPO_ROOT / "conf" / "local.yaml"
@@ -91,6 +93,8 @@ class EngineSettings(_Frozen):
     trigger_interval_seconds: float = Field(5, gt=0)
     retention_every_batches: int = Field(20, ge=1)
     backfill_retention_days: int = Field(31, ge=1)
+    alerts_to_kafka: bool = False  # also send alerts to kafka.topics.alerts (at-least-once; key = alertId)
+    max_files_per_trigger: int | None = Field(None, ge=1)  # files source: cap per micro-batch (None: all)
 
     @field_validator("bucket_seconds")
     @classmethod
@@ -98,6 +102,20 @@ class EngineSettings(_Frozen):
         if 60 % value and value % 60:
             raise ValueError("bucket_seconds must divide 60 or be a whole number of minutes")
         return value
+
+
+class QualitySettings(_Frozen):
+    """Thresholds of the data-quality suites that ``fraudlake dq`` runs (see docs/data-quality.md)."""
+
+    amount_field: str = "paymentAmount"
+    max_amount: Decimal = Field(Decimal(1_000_000), gt=0)
+    max_future_skew_minutes: int = Field(10, ge=0)
+
+
+class MaintenanceSettings(_Frozen):
+    """What ``fraudlake maintain`` does to every lakehouse table: OPTIMIZE, then VACUUM with this retention."""
+
+    vacuum_retention_hours: int = Field(168, ge=0)
 
 
 class TransactionField(_Frozen):
@@ -151,6 +169,8 @@ class Settings(_Frozen):
     spark: SparkSettings = SparkSettings()
     kafka: KafkaSettings = KafkaSettings()
     engine: EngineSettings = EngineSettings()
+    quality: QualitySettings = QualitySettings()
+    maintenance: MaintenanceSettings = MaintenanceSettings()
     transaction_schema: TransactionSchema
 
     @field_validator("version")
@@ -183,7 +203,8 @@ def _absolute(path: str, base: Path) -> str:
 def load_settings(conf: str | Path | None = None, *, lakehouse: str | None = None) -> Settings:
     """Load settings: ``conf`` (else ``$FRAUDLAKE_CONF``, else conf/local.yaml), then the lakehouse override.
 
-    The lakehouse root is ``lakehouse`` if given, else ``$FRAUDLAKE_LAKEHOUSE``, else the file's value.
+    The lakehouse root is ``lakehouse`` if given, else ``$FRAUDLAKE_LAKEHOUSE``, else the file's value;
+    ``$FRAUDLAKE_KAFKA_BOOTSTRAP`` (set per bundle target) overrides ``kafka.bootstrap_servers``.
     Relative paths resolve against the current directory.
     """
     conf_path = Path(conf or os.environ.get(CONF_ENV) or DEFAULT_CONF)
@@ -192,6 +213,11 @@ def load_settings(conf: str | Path | None = None, *, lakehouse: str | None = Non
         raise ValueError(f"{conf_path}: expected a mapping of settings")
     settings = Settings.model_validate(raw)
     root = lakehouse or os.environ.get(LAKEHOUSE_ENV) or settings.lakehouse_root
+    bootstrap = os.environ.get(KAFKA_BOOTSTRAP_ENV)
+    if bootstrap:
+        settings = settings.model_copy(
+            update={"kafka": settings.kafka.model_copy(update={"bootstrap_servers": bootstrap})}
+        )
     cwd = Path.cwd()
     return settings.model_copy(
         update={"lakehouse_root": _absolute(root, cwd), "work_dir": _absolute(settings.work_dir, cwd)}

@@ -167,6 +167,7 @@ def compile_filter(cond: All | AnyOf | Not | Leaf | None) -> Column:
         assert isinstance(cond.value, tuple)
         comparison = column.isin([_literal(v) for v in cond.value])
     else:
+        assert not isinstance(cond.value, tuple)  # a list value is only valid with IN (Leaf's validator)
         value = _literal(cond.value)
         comparison = {
             FilterOperator.GREATER: lambda: column > value,

@@ -35,6 +35,12 @@ RULE_FIELDS = (
 
 LIVE_STATES = (RuleState.ACTIVE.value, RuleState.PAUSED.value)
 
+TRUNCATE_MARKER_ID = -1
+"""``ruleId`` of the row holding the newest truncate's position (a DELETED row, so never live).
+
+Events older than it become tombstones at its position, so a truncate is order-independent too."""
+TRUNCATE_MARKER_NAME = "(truncate watermark)"
+
 
 def rule_to_row(
     rule: Rule,
@@ -67,6 +73,33 @@ def rule_to_row(
         "tombstonedAt": now if effective in (RuleState.DELETED, RuleState.DISABLED) else None,
         "updatedAt": now,
     }
+
+
+def tombstone_row(
+    rule_id: int,
+    *,
+    source_position: str,
+    source_op: str,
+    source_ts_ms: int | None,
+    now: dt.datetime | None = None,
+) -> dict[str, Any]:
+    """A DELETED row: no rule content (the change log keeps it), only the id and the deleting event."""
+    now = now or dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    row: dict[str, Any] = dict.fromkeys(RULE_FIELDS)
+    row.update(
+        {
+            "ruleId": rule_id,
+            "ruleName": TRUNCATE_MARKER_NAME if rule_id == TRUNCATE_MARKER_ID else None,
+            "ruleState": RuleState.DELETED.value,
+            "disabled": False,
+            "sourcePosition": source_position,
+            "sourceOp": source_op,
+            "sourceTsMs": source_ts_ms,
+            "tombstonedAt": now,
+            "updatedAt": now,
+        }
+    )
+    return row
 
 
 def rule_from_row(row: dict[str, Any]) -> Rule:

@@ -1,0 +1,115 @@
+"""Table maintenance: OPTIMIZE (bin-packing compaction) then VACUUM, for every lakehouse table.
+
+Streaming appends and MERGEs leave many small files; OPTIMIZE rewrites them into few large ones, VACUUM deletes
+the files no version within the retention still references. Delta 4 ignores VACUUM's retention argument (unless
+0) and reads the table property ``delta.deletedFileRetentionDuration`` instead, so the configured retention is
+written to that property (once, when it differs) before vacuuming. Keep it at least as long as the longest time a
+reader (a stream, a time-travel query) may lag.
+
+Deleting old *buckets* (state retention) is the engine's job, not this module's: it knows each state's window.
+
+Example::
+
+    for result in maintain_lakehouse(spark, settings):
+        print(result.table, result.files_removed, result.files_added)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from delta.tables import DeltaTable
+from pyspark.sql import SparkSession
+
+from delta_tables.catalog import all_tables
+from pipelines.runtime_env import on_databricks
+from pipelines.settings import Settings
+
+RETENTION_PROPERTY = "delta.deletedFileRetentionDuration"
+_LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
+
+
+@dataclass(frozen=True)
+class MaintenanceResult:
+    table: str
+    path: str
+    present: bool
+    files_removed: int = 0
+    files_added: int = 0
+    vacuumed: bool = False
+
+
+def optimize_table(spark: SparkSession, path: str) -> tuple[int, int]:
+    """Compact the table's small files; return (files removed, files added)."""
+    row = DeltaTable.forPath(spark, path).optimize().executeCompaction().first()
+    metrics: dict[str, Any] = row["metrics"].asDict() if row is not None else {}
+    return int(metrics.get("numFilesRemoved", 0)), int(metrics.get("numFilesAdded", 0))
+
+
+def retention_interval(hours: int) -> str:
+    return f"interval {int(hours)} hours"
+
+
+@contextmanager
+def _listing_parallelism(spark: SparkSession, parallelism: int) -> Iterator[None]:
+    """VACUUM lists files with 10000 tasks by default: minutes of scheduling on a laptop. Not on Databricks."""
+    if on_databricks():
+        yield
+        return
+    previous = spark.conf.get(_LISTING_PARALLELISM, None)
+    spark.conf.set(_LISTING_PARALLELISM, str(parallelism))
+    try:
+        yield
+    finally:
+        if previous is None:
+            spark.conf.unset(_LISTING_PARALLELISM)
+        else:
+            spark.conf.set(_LISTING_PARALLELISM, previous)
+
+
+def vacuum_table(spark: SparkSession, path: str, retention_hours: int, *, parallelism: int = 8) -> bool:
+    """Set the table's file retention to ``retention_hours`` if it differs, then VACUUM; return whether it was set."""
+    table = DeltaTable.forPath(spark, path)
+    wanted = retention_interval(retention_hours)
+    detail = table.detail().first()
+    properties: dict[str, str] = dict(detail["properties"]) if detail is not None else {}
+    changed = properties.get(RETENTION_PROPERTY) != wanted
+    if changed:
+        spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('{RETENTION_PROPERTY}' = '{wanted}')")
+    with _listing_parallelism(spark, parallelism):
+        table.vacuum()
+    return changed
+
+
+def maintain_lakehouse(
+    spark: SparkSession,
+    settings: Settings,
+    tables: Sequence[str] | None = None,
+    *,
+    vacuum: bool = True,
+) -> list[MaintenanceResult]:
+    """OPTIMIZE then (unless ``vacuum`` is False) VACUUM each table (default: every table in the catalog).
+
+    A table that does not exist yet is reported as not present, not an error.
+    """
+    specs = all_tables(settings)
+    known = [spec.name for spec in specs]
+    unknown = sorted(set(tables or ()) - set(known))
+    if unknown:
+        raise ValueError(f"unknown tables {unknown}; known: {', '.join(known)}")
+    results = []
+    for name in [n for n in known if not tables or n in tables]:
+        path = settings.table_path(name)
+        if not DeltaTable.isDeltaTable(spark, path):
+            results.append(MaintenanceResult(name, path, present=False))
+            continue
+        removed, added = optimize_table(spark, path)
+        if vacuum:
+            vacuum_table(
+                spark, path, settings.maintenance.vacuum_retention_hours, parallelism=settings.spark.shuffle_partitions
+            )
+        results.append(MaintenanceResult(name, path, True, removed, added, vacuum))
+    return results

@@ -1,0 +1,128 @@
+"""``fraudlake rules ...``: apply CDC files, run the CDC job, read rules and their history, publish edits.
+
+::
+
+    fraudlake rules apply FILE                     a JSON-lines file of record values, applied as one batch
+    fraudlake rules run [--source files|kafka] [--once]   the streaming job (checkpoint per source)
+    fraudlake rules list [--as-of VERSION|TIMESTAMP] [--json] [--all]
+    fraudlake rules history ID [--json]
+    fraudlake rules export [--output FILE]         EXPORT_RULES_CURRENT: the live rules as a JSON array
+    fraudlake rules delete-all                     DELETE_RULES_ALL: a truncate event, applied at once
+    fraudlake rules upsert FILE.json | pause ID | resume ID | delete ID   publish events to the rules topic
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from delta_tables.rules import RULES
+from pipelines.commands.context import settings_from, spark_from
+from pipelines.rules_job import start_rules_job
+from pipelines.settings import Settings
+from rules_cdc.apply_changes import apply_records, ensure_rules_tables, read_view
+from rules_cdc.parse_events import RawRecord
+from rules_cdc.publisher import PublishRefused, edit_events, publish
+from rules_cdc.rule_model import RuleValidationError, parse_rule
+from rules_cdc.rules_table import LIVE_STATES
+from rules_cdc.rules_views import (
+    history_text,
+    read_rules,
+    rule_history,
+    rules_json,
+    rules_table_text,
+    to_json_text,
+)
+
+
+def register(subparsers: Any, parent: argparse.ArgumentParser) -> None:
+    parser = subparsers.add_parser("rules", help="rules CDC: apply, run, list, history, edit")
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    apply = actions.add_parser("apply", parents=[parent], help="apply a JSON-lines file of CDC record values")
+    apply.add_argument("file", type=Path)
+    run = actions.add_parser("run", parents=[parent], help="run the rules CDC streaming job")
+    run.add_argument("--source", choices=["files", "kafka"], default="files")
+    run.add_argument("--once", action="store_true", help="process what is available now, then stop")
+    listing = actions.add_parser("list", parents=[parent], help="the current (or a past) rules")
+    listing.add_argument("--as-of", dest="as_of", help="a rules-table version or a timestamp (UTC)")
+    listing.add_argument("--json", action="store_true", help="a JSON array in the rules' camelCase vocabulary")
+    listing.add_argument("--all", action="store_true", help="include tombstones (DELETED, DISABLED)")
+    history = actions.add_parser("history", parents=[parent], help="every applied change of one rule")
+    history.add_argument("rule_id", type=int)
+    history.add_argument("--json", action="store_true")
+    export = actions.add_parser("export", parents=[parent], help="EXPORT_RULES_CURRENT: live rules as JSON")
+    export.add_argument("--output", type=Path, help="write to this file instead of stdout")
+    actions.add_parser("delete-all", parents=[parent], help="DELETE_RULES_ALL: tombstone every rule")
+    upsert = actions.add_parser("upsert", parents=[parent], help="publish a create/update of the rule(s) in FILE")
+    upsert.add_argument("file", type=Path, help="a JSON rule object or an array of them")
+    for name, text in (("pause", "publish a pause"), ("resume", "publish a resume"), ("delete", "publish a delete")):
+        edit = actions.add_parser(name, parents=[parent], help=f"{text} of rule ID")
+        edit.add_argument("rule_id", type=int)
+    parser.set_defaults(handler=run_rules)
+
+
+def run_rules(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    spark = spark_from(settings, f"rules-{args.action}")
+    action: str = args.action
+    if action in ("apply", "run", "delete-all", "upsert", "pause", "resume", "delete"):
+        ensure_rules_tables(spark, settings)
+    if action == "apply":
+        lines = args.file.read_text().splitlines()
+        path = args.file.resolve()
+        records = [RawRecord(line, f"file:{path}:{n}") for n, line in enumerate(lines, start=1) if line.strip()]
+        print(f"rules apply: {apply_records(spark, settings, records).summary()}")
+        return 0
+    if action == "run":
+        query = start_rules_job(spark, settings, source=args.source, once=args.once)
+        print(f"rules run: {args.source} job started (checkpoint under {settings.checkpoint_path('rules_cdc')})")
+        query.awaitTermination()
+        return 0
+    if action == "list":
+        rows = read_rules(spark, settings, as_of=args.as_of)
+        if args.json:
+            print(to_json_text(rules_json(rows, include_tombstones=args.all)))
+        else:
+            print(rules_table_text([r for r in rows if args.all or r["ruleState"] in LIVE_STATES]))
+        return 0
+    if action == "history":
+        changes = rule_history(spark, settings, args.rule_id)
+        print(to_json_text(changes) if args.json else history_text(changes))
+        return 0 if changes else 1
+    if action == "export":
+        text = to_json_text(rules_json(read_rules(spark, settings)))
+        if args.output:
+            args.output.write_text(text + "\n")
+            print(f"rules export: {len(json.loads(text))} rules to {args.output}")
+        else:
+            print(text)
+        return 0
+    return _edit(args, spark, settings)
+
+
+def _edit(args: argparse.Namespace, spark: SparkSession, settings: Settings) -> int:
+    view = read_view(spark, settings.table_path(RULES.name))
+    try:
+        if args.action == "upsert":
+            raw = json.loads(args.file.read_text())
+            items = raw if isinstance(raw, list) else [raw]
+            rules = [parse_rule(item, settings.transaction_schema) for item in items]
+            events = edit_events(view, "upsert", rules=rules)
+        else:
+            events = edit_events(view, args.action, rule_id=getattr(args, "rule_id", None))
+    except (PublishRefused, RuleValidationError, ValueError) as error:
+        print(f"rules {args.action}: {error}", file=sys.stderr)
+        return 2
+    if args.action == "delete-all":
+        records = [RawRecord(json.dumps(e), "cli:delete-all") for e in events]
+        print(f"rules delete-all: {apply_records(spark, settings, records).summary()}")
+        return 0
+    sent = publish(settings, events)
+    print(f"rules {args.action}: published {sent} event(s) to {settings.kafka.topics.rules}")
+    return 0

@@ -1,0 +1,161 @@
+"""Kafka record values -> validated rule change events, or rejections with a reason (for the quarantine).
+
+Every record ends up in exactly one place: ``events``, ``rejected``, or ``kafka_tombstones`` (null values,
+which Debezium sends after a delete for log compaction and which carry no change). Blank lines of a
+JSON-lines file are not records.
+
+Example::
+
+    batch = parse_records([RawRecord('{"op": "d", "before": {"rule_id": 1}, ...}', "file:/x.jsonl:1")], schema)
+    batch.events[0].rule_id, batch.events[0].op        # (1, Op.DELETE)
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from pipelines.settings import TransactionSchema
+from rules_cdc.envelope import EnvelopeError, Op, read_envelope
+from rules_cdc.rule_model import Rule, RuleState, RuleValidationError, parse_rule
+from rules_cdc.rules_table import TRUNCATE_MARKER_ID
+from rules_cdc.source_position import PositionError, position_of
+
+_ID_COLUMNS = ("rule_id", "ruleId")
+
+
+@dataclass(frozen=True)
+class RawRecord:
+    """One record value as it arrived, and where from (``kafka:topic/2/1043`` or ``file:/x.jsonl:17``)."""
+
+    value: str | None
+    offset: str
+
+
+@dataclass(frozen=True)
+class ChangeEvent:
+    """A valid change to one rule (or, for ``t``, to the whole table: ``rule_id`` is the truncate marker)."""
+
+    rule_id: int
+    op: Op
+    position: str
+    ts_ms: int | None
+    rule: Rule | None  # the validated ``after`` of c/u/r
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+    source_offset: str
+    raw: str | None = field(default=None, repr=False, compare=False)  # the record value, for the quarantine
+
+    @property
+    def state(self) -> RuleState:
+        """The state this event leaves its rule in, on its own."""
+        if self.rule is None:
+            return RuleState.DELETED
+        return RuleState.DISABLED if self.rule.disabled else self.rule.rule_state
+
+    @property
+    def identity(self) -> tuple[int, str, str]:
+        """Equal for duplicates (a redelivered event): rule, position, op."""
+        return self.rule_id, self.position, self.op.value
+
+    @property
+    def before_json(self) -> str | None:
+        return row_json(self.before)
+
+    @property
+    def after_json(self) -> str | None:
+        return row_json(self.after)
+
+
+@dataclass(frozen=True)
+class Rejected:
+    record: RawRecord
+    reason: str
+
+
+@dataclass
+class ParsedBatch:
+    events: list[ChangeEvent] = field(default_factory=list)
+    rejected: list[Rejected] = field(default_factory=list)
+    kafka_tombstones: int = 0
+
+    @property
+    def records(self) -> int:
+        return len(self.events) + len(self.rejected) + self.kafka_tombstones
+
+
+def row_json(row: dict[str, Any] | None) -> str | None:
+    """A row as canonical JSON (sorted keys; decimals as strings, exactly)."""
+    if row is None:
+        return None
+    return json.dumps(row, sort_keys=True, separators=(",", ":"), default=_json_default)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def parse_records(records: Iterable[RawRecord], schema: TransactionSchema) -> ParsedBatch:
+    """Validate every record; nothing is dropped: each is an event, a rejection or a Kafka tombstone."""
+    batch = ParsedBatch()
+    for record in records:
+        try:
+            event = parse_record(record, schema)
+        except (EnvelopeError, RuleValidationError, PositionError) as error:
+            batch.rejected.append(Rejected(record, str(error)))
+            continue
+        if event is None:
+            batch.kafka_tombstones += 1
+        else:
+            batch.events.append(event)
+    return batch
+
+
+def parse_record(record: RawRecord, schema: TransactionSchema) -> ChangeEvent | None:
+    """One record: a ChangeEvent, None for a Kafka tombstone; raises with a one-line reason otherwise."""
+    envelope = read_envelope(record.value)
+    if envelope is None:
+        return None
+    payload = envelope.payload
+    before, after = envelope.rows()
+    position = position_of(envelope.source_dict(), payload.ts_ms)
+    ts_ms = payload.source.ts_ms if payload.source and payload.source.ts_ms is not None else payload.ts_ms
+
+    def event(rule_id: int, rule: Rule | None, old: dict[str, Any] | None, new: dict[str, Any] | None) -> ChangeEvent:
+        return ChangeEvent(rule_id, payload.op, position, ts_ms, rule, old, new, record.offset, record.value)
+
+    if payload.op is Op.TRUNCATE:
+        return event(TRUNCATE_MARKER_ID, None, None, None)
+    if payload.op is Op.DELETE:
+        if before is None:
+            raise EnvelopeError("delete event without 'before': the rule id is unknown")
+        return event(_rule_id(before, "before"), None, before, None)
+    if after is None:
+        raise EnvelopeError(f"op {payload.op.value!r} event without 'after'")
+    try:
+        rule = parse_rule(after, schema)
+    except RuleValidationError as error:
+        raise RuleValidationError(f"rule {_maybe_id(after)}: {error.reason}") from None
+    if before is not None and _maybe_id(before) not in (None, rule.rule_id):
+        raise EnvelopeError(f"update changes the rule id from {_maybe_id(before)} to {rule.rule_id}")
+    return event(rule.rule_id, rule, before, after)
+
+
+def _maybe_id(row: dict[str, Any]) -> int | None:
+    for column in _ID_COLUMNS:
+        value = row.get(column)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def _rule_id(row: dict[str, Any], side: str) -> int:
+    rule_id = _maybe_id(row)
+    if rule_id is None or rule_id < 0:
+        raise EnvelopeError(f"{side} has no valid rule_id")
+    return rule_id

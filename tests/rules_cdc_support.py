@@ -1,0 +1,84 @@
+"""Shared helpers of the rules CDC tests: the Debezium samples, rule events, and table reads by content."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pyspark.sql import SparkSession
+
+from pipelines.cli import main
+from pipelines.settings import Settings, TransactionSchema
+from rules_cdc.envelope import Op
+from rules_cdc.parse_events import RawRecord
+from rules_cdc.publisher import cli_event
+from rules_cdc.rule_model import parse_rule
+from rules_cdc.source_position import ts_position
+
+SAMPLES = Path(__file__).parent / "data" / "debezium"
+VOLATILE = ("updatedAt", "tombstonedAt")  # wall-clock columns: not part of the converged content
+
+SEED = {
+    "ruleId": 1,
+    "ruleState": "ACTIVE",
+    "groupingKeyNames": ["payerId", "beneficiaryId"],
+    "aggregateFieldName": "paymentAmount",
+    "aggregatorFunctionType": "SUM",
+    "limitOperatorType": "GREATER",
+    "limit": 1000000,
+    "windowMinutes": 10080,
+}
+
+
+def sample(name: str) -> str:
+    """A sample record value as one line (as it sits in a Kafka record or a JSON-lines file)."""
+    return json.dumps(json.loads((SAMPLES / f"{name}.json").read_text()))
+
+
+def sample_record(name: str) -> RawRecord:
+    return RawRecord(sample(name), f"file:{name}.json:1")
+
+
+def rule_event(op: str, rule_id: int, ts_ms: int, schema: TransactionSchema, **changes: Any) -> str:
+    """A ``ts``-position change event for rule ``rule_id`` (a delete's before is the seed rule)."""
+    rule = parse_rule({**SEED, "ruleId": rule_id, **changes}, schema)
+    after = None if op in ("d", "t") else rule
+    before = rule if op == "d" else None
+    return json.dumps(cli_event(Op(op), before, after, (ts_position(ts_ms), ts_ms)))
+
+
+def records(lines: list[str], name: str = "test") -> list[RawRecord]:
+    return [RawRecord(line, f"file:/{name}.jsonl:{n}") for n, line in enumerate(lines, start=1)]
+
+
+def table_rows(spark: SparkSession, settings: Settings, table: str, **options: str) -> list[dict[str, Any]]:
+    reader = spark.read.format("delta")
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return [r.asDict(recursive=True) for r in reader.load(settings.table_path(table)).collect()]
+
+
+def stable(rows: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """Rules rows by id without the wall-clock columns, for comparison by content."""
+    return {r["ruleId"]: {k: v for k, v in r.items() if k not in VOLATILE} for r in rows}
+
+
+def write_conf(settings: Settings, folder: Path) -> Path:
+    conf = folder / "conf.yaml"
+    conf.write_text(yaml.safe_dump(settings.model_dump(mode="json")))
+    return conf
+
+
+def cli(capsys: pytest.CaptureFixture[str], settings: Settings, conf: Path, *args: str) -> tuple[int, str]:
+    capsys.readouterr()
+    code = main([*args, "--conf", str(conf), "--lakehouse", settings.lakehouse_root])
+    return code, capsys.readouterr().out
+
+
+def cli_json(capsys: pytest.CaptureFixture[str], settings: Settings, conf: Path, *args: str) -> Any:
+    code, out = cli(capsys, settings, conf, *args)
+    assert code == 0, out
+    return json.loads(out)

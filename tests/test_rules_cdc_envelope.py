@@ -1,0 +1,187 @@
+"""Debezium envelopes: real PostgreSQL and MySQL samples, every decimal mode, positions, rejections (no Spark)."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from rules_cdc_support import SEED, sample, sample_record
+
+from pipelines.settings import Settings
+from rules_cdc.decimals import decode_precise, encode_precise
+from rules_cdc.envelope import Op, read_envelope
+from rules_cdc.parse_events import RawRecord, parse_record, parse_records
+from rules_cdc.rule_model import RuleState
+from rules_cdc.rules_table import TRUNCATE_MARKER_ID
+from rules_cdc.source_position import (
+    PositionError,
+    cli_position,
+    mysql_position,
+    pg_position,
+    position_of,
+    ts_position,
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "rule_id", "op", "state", "limit", "position"),
+    [
+        ("pg_snapshot_read_no_schema_string", 1, Op.READ, RuleState.ACTIVE, "1000000", pg_position(24023064)),
+        ("pg_create_schema_precise", 2, Op.CREATE, RuleState.ACTIVE, "5", pg_position(24023128, 24023119)),
+        ("pg_update_schema_double", 2, Op.UPDATE, RuleState.PAUSED, "7.5", pg_position(24023200, 24023160)),
+        ("pg_update_schema_string", 1, Op.UPDATE, RuleState.ACTIVE, "2500000.5", pg_position(24023264, 24023232)),
+        ("pg_delete_no_schema", 2, Op.DELETE, RuleState.DELETED, None, pg_position(24023400, 24023360)),
+        (
+            "pg_truncate_schema",
+            TRUNCATE_MARKER_ID,
+            Op.TRUNCATE,
+            RuleState.DELETED,
+            None,
+            pg_position(24023500, 24023464),
+        ),
+        (
+            "mysql_snapshot_read_schema_precise",
+            10,
+            Op.READ,
+            RuleState.ACTIVE,
+            "1000000",
+            mysql_position("b.000003", 157),
+        ),
+        ("mysql_create_no_schema_string", 11, Op.CREATE, RuleState.ACTIVE, "5", mysql_position("b.000003", 1024)),
+        ("mysql_update_schema_double", 11, Op.UPDATE, RuleState.DISABLED, "5", mysql_position("b.000003", 2048)),
+        ("mysql_delete_schema_precise", 10, Op.DELETE, RuleState.DELETED, None, mysql_position("b.000003", 4096)),
+        (
+            "mysql_truncate_no_schema",
+            TRUNCATE_MARKER_ID,
+            Op.TRUNCATE,
+            RuleState.DELETED,
+            None,
+            mysql_position("b.4", 4),
+        ),
+    ],
+)
+def test_connector_samples_parse_to_the_right_event(
+    base_settings: Settings, name: str, rule_id: int, op: Op, state: RuleState, limit: str | None, position: str
+) -> None:
+    event = parse_record(sample_record(name), base_settings.transaction_schema)
+    assert event is not None
+    assert (event.rule_id, event.op, event.state, event.position) == (rule_id, op, state, position)
+    assert (event.rule.limit if event.rule else None) == (Decimal(limit) if limit else None)
+    assert event.ts_ms is not None and event.ts_ms >= 1732262400000
+
+
+def test_samples_carry_rule_content_in_every_shape(base_settings: Settings) -> None:
+    schema = base_settings.transaction_schema
+    pg = parse_record(sample_record("pg_create_schema_precise"), schema)
+    my = parse_record(sample_record("mysql_create_no_schema_string"), schema)
+    assert pg is not None and my is not None and pg.rule is not None and my.rule is not None
+    # PostgreSQL text[] and MySQL JSON text give the same keys; COUNT_FLINK and jsonb filter are understood.
+    for rule in (pg.rule, my.rule):
+        assert rule.grouping_key_names == ("payerId",)
+        assert rule.counts_transactions and rule.cooldown_minutes == 15
+        assert rule.filter_json == '{"field":"paymentType","op":"EQUAL","value":"CSH"}'
+    assert pg.rule.model_copy(update={"rule_id": 0}) == my.rule.model_copy(update={"rule_id": 0})
+    # A MySQL TINYINT(1) disabled=1 is a DISABLED tombstone that keeps the rule's content.
+    disabled = parse_record(sample_record("mysql_update_schema_double"), schema)
+    assert disabled is not None and disabled.rule is not None and disabled.rule.disabled
+    assert disabled.before is not None and disabled.before["disabled"] == 0
+
+
+def test_precise_decimals_round_trip_exactly() -> None:
+    assert encode_precise(Decimal("1000000.00")) == ("BfXhAA==", 2)
+    assert decode_precise("BfXhAA==", 2) == Decimal("1000000.00")
+    assert decode_precise("/w==", 0) == Decimal(-1)
+
+
+@given(st.decimals(min_value=Decimal("-1e18"), max_value=Decimal("1e18"), places=4, allow_nan=False))
+def test_precise_decimal_encoding_is_lossless(value: Decimal) -> None:
+    encoded, scale = encode_precise(value)
+    assert decode_precise(encoded, scale) == value
+
+
+def test_variable_scale_decimal_without_schema(base_settings: Settings) -> None:
+    line = json.loads(sample("pg_create_schema_precise"))["payload"]
+    line["after"]["limit_value"] = {"scale": 1, "value": "Sw=="}  # 75 unscaled, scale 1
+    event = parse_record(RawRecord(json.dumps(line), "o"), base_settings.transaction_schema)
+    assert event is not None and event.rule is not None and event.rule.limit == Decimal("7.5")
+
+
+@pytest.mark.parametrize("value", [None, "null", "  ", '{"schema": {"type": "struct"}, "payload": null}'])
+def test_kafka_tombstones_are_counted_not_applied(base_settings: Settings, value: str | None) -> None:
+    batch = parse_records([RawRecord(value, "kafka:t/0/1")], base_settings.transaction_schema)
+    assert (batch.kafka_tombstones, batch.events, batch.rejected) == (1, [], [])
+
+
+def _without(payload: dict[str, object], key: str) -> dict[str, object]:
+    return {k: v for k, v in payload.items() if k != key}
+
+
+CREATE = json.loads(sample("mysql_create_no_schema_string"))
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ("{not json", "not JSON"),
+        ("[1, 2]", "a change event is a JSON object"),
+        (json.dumps({**CREATE, "op": "x"}), "unknown op 'x'"),
+        (json.dumps({**CREATE, "after": {**CREATE["after"], "owner": "bob"}}), "owner: Extra inputs are not permitted"),
+        (json.dumps({**CREATE, "after": {**CREATE["after"], "window_minutes": 0}}), "rule 11: window_minutes"),
+        (json.dumps({**CREATE, "after": {**CREATE["after"], "limit_value": "BfXhAA=="}}), "needs the schema"),
+        (json.dumps({**CREATE, "extra": 1}), "extra: Extra inputs are not permitted"),
+        (json.dumps(_without(CREATE, "after")), "op 'c' event without 'after'"),
+        (json.dumps({**CREATE, "op": "d", "before": None}), "delete event without 'before'"),
+        (json.dumps({**CREATE, "source": {"connector": "x"}, "ts_ms": None}), "order is unknown"),
+        (json.dumps({**CREATE, "source": {**CREATE["source"], "file": "binlog"}}), "no numeric extension"),
+    ],
+)
+def test_invalid_events_are_rejected_with_a_reason(base_settings: Settings, value: str, reason: str) -> None:
+    batch = parse_records([RawRecord(value, "kafka:rules/0/7")], base_settings.transaction_schema)
+    assert batch.events == [] and batch.kafka_tombstones == 0
+    assert len(batch.rejected) == 1
+    assert reason in batch.rejected[0].reason
+    assert batch.rejected[0].record == RawRecord(value, "kafka:rules/0/7")
+
+
+def test_camel_case_rule_in_an_envelope(base_settings: Settings) -> None:
+    line = json.dumps({"op": "c", "after": {**SEED, "ruleId": 5}, "ts_ms": 7})
+    event = parse_record(RawRecord(line, "o"), base_settings.transaction_schema)
+    assert event is not None and (event.rule_id, event.position) == (5, ts_position(7))
+
+
+POSITIONS = st.tuples(st.integers(0, 2**40), st.integers(0, 2**40), st.integers(0, 10**6))
+
+
+@given(POSITIONS, POSITIONS)
+def test_position_strings_sort_like_their_numbers(a: tuple[int, int, int], b: tuple[int, int, int]) -> None:
+    assert (pg_position(a[0], a[1]) < pg_position(b[0], b[1])) == ((a[0], a[1]) < (b[0], b[1]))
+    mysql_a, mysql_b = (mysql_position(f"bin.{p[2]:06d}", p[0], p[1] % 1000) for p in (a, b))
+    assert (mysql_a < mysql_b) == ((a[2], a[0], a[1] % 1000) < (b[2], b[0], b[1] % 1000))
+    assert (ts_position(a[0]) < ts_position(b[0])) == (a[0] < b[0])
+
+
+def test_position_source_precedence() -> None:
+    assert position_of({"lsn": 5, "sequence": '[null,"5"]', "ts_ms": 9}, 10) == pg_position(5)
+    assert position_of({"file": "mysql-bin.000002", "pos": 7, "ts_ms": 9}, 10) == mysql_position("x.2", 7)
+    assert position_of({"ts_ms": 9}, 10) == ts_position(9)
+    assert position_of(None, 10) == ts_position(10)
+    assert read_envelope("null") is None
+
+
+def test_cli_positions_follow_everything_seen_and_precede_newer_database_events() -> None:
+    assert cli_position([], now_ms=5) == (ts_position(5), 5)
+    assert cli_position([ts_position(9)], now_ms=5) == (ts_position(10), 10)
+    seen = [pg_position(100, 90), pg_position(120, 110)]
+    first, ms = cli_position(seen, now_ms=7)
+    assert first == pg_position(120, 110) + "+cli:" + "7".zfill(20)
+    second, _ = cli_position([*seen, first], now_ms=3, after_ms=ms)
+    assert max(seen) < first < second < pg_position(120, 111) < pg_position(121)
+    source = {"connector": "fraudlake-cli", "position": second, "lsn": 1}
+    assert position_of(source, 1) == second
+    with pytest.raises(PositionError, match="not a source position"):
+        position_of({"connector": "fraudlake-cli", "position": "zz:1"}, 1)
+    with pytest.raises(PositionError, match="mixes position kinds"):
+        cli_position([ts_position(1), pg_position(1)], now_ms=1)
