@@ -200,6 +200,11 @@ def _absolute(path: str, base: Path) -> str:
     return str((base / path).resolve())
 
 
+def resolve_conf_path(conf: str | Path | None = None) -> Path:
+    """The settings file ``load_settings`` reads: ``conf``, else ``$FRAUDLAKE_CONF``, else conf/local.yaml."""
+    return Path(conf or os.environ.get(CONF_ENV) or DEFAULT_CONF)
+
+
 def load_settings(conf: str | Path | None = None, *, lakehouse: str | None = None) -> Settings:
     """Load settings: ``conf`` (else ``$FRAUDLAKE_CONF``, else conf/local.yaml), then the lakehouse override.
 
@@ -207,7 +212,7 @@ def load_settings(conf: str | Path | None = None, *, lakehouse: str | None = Non
     ``$FRAUDLAKE_KAFKA_BOOTSTRAP`` (set per bundle target) overrides ``kafka.bootstrap_servers``.
     Relative paths resolve against the current directory.
     """
-    conf_path = Path(conf or os.environ.get(CONF_ENV) or DEFAULT_CONF)
+    conf_path = resolve_conf_path(conf)
     raw = yaml.safe_load(conf_path.read_text())
     if not isinstance(raw, dict):
         raise ValueError(f"{conf_path}: expected a mapping of settings")

@@ -5,15 +5,18 @@ Example::
     rows = read_rules(spark, settings, as_of="3")            # the rules table at version 3
     rules_json(rows)                                           # live rules, camelCase, with their state
     rule_history(spark, settings, 2)                           # every applied change of rule 2, oldest first
+    display(rules_frame(spark, settings, include_tombstones=False))   # the live rules as a DataFrame
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from typing import Any
 
-from pyspark.sql import SparkSession
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from delta_tables.rule_changes import RULE_CHANGES
@@ -25,14 +28,31 @@ from rules_cdc.rules_table import LIVE_STATES, RULE_FIELDS, TRUNCATE_MARKER_ID, 
 _VERSION = re.compile(r"^\d+$")
 
 
-def read_rules(spark: SparkSession, settings: Settings, as_of: str | None = None) -> list[dict[str, Any]]:
-    """Every rules row (tombstones included, the truncate marker excluded), by rule id; ``as_of`` is a
-    table version (digits) or a timestamp (``2024-11-22 08:00:00``, UTC), as Delta time travel takes it."""
+def rules_frame(
+    spark: SparkSession, settings: Settings, as_of: str | None = None, *, include_tombstones: bool = True
+) -> DataFrame:
+    """The rules rows by rule id (the truncate marker excluded; tombstones unless ``include_tombstones=False``);
+    ``as_of`` is a table version (digits) or a timestamp (``2024-11-22 08:00:00``, UTC), as Delta time travel
+    takes it."""
     reader = spark.read.format("delta")
     if as_of is not None:
         reader = reader.option("versionAsOf" if _VERSION.match(as_of.strip()) else "timestampAsOf", as_of.strip())
     frame = reader.load(settings.table_path(RULES.name)).where(F.col("ruleId") != TRUNCATE_MARKER_ID)
-    return [r.asDict(recursive=True) for r in frame.orderBy("ruleId").collect()]
+    if not include_tombstones:
+        frame = frame.where(F.col("ruleState").isin(*LIVE_STATES))
+    return frame.orderBy("ruleId")
+
+
+def read_rules(spark: SparkSession, settings: Settings, as_of: str | None = None) -> list[dict[str, Any]]:
+    """Every rules row (tombstones included, the truncate marker excluded), by rule id; ``as_of`` as in
+    ``rules_frame``."""
+    return [r.asDict(recursive=True) for r in rules_frame(spark, settings, as_of).collect()]
+
+
+def rules_table_version(spark: SparkSession, settings: Settings) -> int:
+    """The rules table's current version (0 right after it was created)."""
+    latest = DeltaTable.forPath(spark, settings.table_path(RULES.name)).history(1).select("version").first()
+    return 0 if latest is None else int(latest["version"])
 
 
 def rule_json(row: dict[str, Any]) -> dict[str, Any]:
@@ -66,11 +86,15 @@ def rules_table_text(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def history_frame(spark: SparkSession, settings: Settings, rule_ids: Sequence[int]) -> DataFrame:
+    """The rules' applied changes, per rule oldest first (by source position, then when they were applied)."""
+    frame = spark.read.format("delta").load(settings.table_path(RULE_CHANGES.name))
+    return frame.where(F.col("ruleId").isin(*rule_ids)).orderBy("ruleId", "sourcePosition", "appliedAt")
+
+
 def rule_history(spark: SparkSession, settings: Settings, rule_id: int) -> list[dict[str, Any]]:
     """The rule's applied changes, oldest first (by source position, then when they were applied)."""
-    frame = spark.read.format("delta").load(settings.table_path(RULE_CHANGES.name))
-    rows = frame.where(F.col("ruleId") == rule_id).orderBy("sourcePosition", "appliedAt").collect()
-    return [r.asDict(recursive=True) for r in rows]
+    return [r.asDict(recursive=True) for r in history_frame(spark, settings, [rule_id]).collect()]
 
 
 def history_text(rows: list[dict[str, Any]]) -> str:

@@ -1,0 +1,74 @@
+# Databricks notebook source
+# MAGIC %md
+# MAGIC # 01 · Manage rules
+# MAGIC
+# MAGIC Creates, updates, pauses, resumes or deletes a rule **through CDC events**: the same Debezium-style events
+# MAGIC `fraudlake rules upsert|pause|resume|delete` publish, with a source position newer than everything the rules
+# MAGIC table has seen. Then shows the current rules, the rule's history (the `rule_changes` log) and the rules
+# MAGIC table as it was before the edit (Delta time travel). See `docs/rules-cdc.md`.
+# MAGIC
+# MAGIC Widgets: `conf`, `lakehouse`; `action` (`upsert`, `pause`, `resume`, `delete`); `rule_json` (a rule object
+# MAGIC or an array of them, for `upsert`; default: the seed rule of `conf/sample_rules.json`); `rule_id` (for the
+# MAGIC other actions; blank = the rule in `rule_json`); `publish_to`: `apply` (default) applies the events at once
+# MAGIC through the rules job's own code path (parse, MERGE, change log), `kafka` publishes them to the rules topic,
+# MAGIC where the continuous `fraudlake_rules_cdc` job applies them; `as_of` (a rules-table version or a UTC
+# MAGIC timestamp for the time-travel view; blank = the version before this edit).
+
+# COMMAND ----------
+
+from pipelines.notebook_support import declare_settings_widgets, settings_from_widgets
+from rules_cdc.manage import ACTIONS, DESTINATIONS, seed_rule_text
+
+declare_settings_widgets(dbutils)
+dbutils.widgets.dropdown("action", "upsert", list(ACTIONS), "Action")
+dbutils.widgets.text("rule_json", seed_rule_text(dbutils.widgets.get("conf") or None), "Rule JSON (upsert)")
+dbutils.widgets.text("rule_id", "", "Rule id (blank: the rule in Rule JSON)")
+dbutils.widgets.dropdown("publish_to", "apply", list(DESTINATIONS), "Apply now or publish to Kafka")
+dbutils.widgets.text("as_of", "", "Time travel to version or timestamp (blank: before this edit)")
+
+# COMMAND ----------
+
+from rules_cdc.manage import edit_rules, parse_rules_text
+
+settings = settings_from_widgets(dbutils)
+rule_id = dbutils.widgets.get("rule_id").strip()
+outcome = edit_rules(
+    spark,
+    settings,
+    dbutils.widgets.get("action"),
+    rules=parse_rules_text(dbutils.widgets.get("rule_json"), settings),
+    rule_id=int(rule_id) if rule_id else None,
+    publish_to=dbutils.widgets.get("publish_to"),
+)
+print(outcome.summary())
+
+# COMMAND ----------
+
+# MAGIC %md The live rules now (ACTIVE and PAUSED; with `publish_to=kafka`, once the rules job has applied the events):
+
+# COMMAND ----------
+
+from rules_cdc.rules_views import history_frame, rules_frame
+
+display(rules_frame(spark, settings, include_tombstones=False))
+
+# COMMAND ----------
+
+# MAGIC %md The history of the edited rule(s): every applied change, oldest first, with the rules-table version it
+# MAGIC produced (`rulesVersion`) and the rule before and after.
+
+# COMMAND ----------
+
+display(history_frame(spark, settings, outcome.rule_ids))
+
+# COMMAND ----------
+
+# MAGIC %md Time travel: the whole rules table, tombstones included, as it was before this edit.
+
+# COMMAND ----------
+
+from rules_cdc.manage import default_as_of
+
+as_of = dbutils.widgets.get("as_of").strip() or default_as_of(spark, settings, outcome)
+print(f"rules table as of {as_of}")
+display(rules_frame(spark, settings, as_of))
