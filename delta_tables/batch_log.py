@@ -1,11 +1,17 @@
 """Batch log: one row per micro-batch a job committed (the ledger that makes replays idempotent).
 
-``(job, batchId)`` is unique. A batch that finds its row already present was fully applied before a crash
-and skips its writes; the engine records the rules version it pinned and its counts here.
+``(job, batchId)`` is unique: rows are appended with Delta's idempotent ``txnAppId/txnVersion``, so a replayed
+batch does not log twice. The engine (``job = engine-<query id>``) records the rules version it pinned, its row
+counts (``rows``, ``late``, ``quarantined``, ``alerts``, ...) and step timings in ms (``metrics``) here; its
+replay ledger proper is ``engine_progress``.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import (
     DoubleType,
     LongType,
@@ -16,6 +22,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from delta_tables.idempotent import Txn, append_idempotent
 from delta_tables.table_spec import TableSpec
 
 BATCH_LOG_SCHEMA = StructType(
@@ -36,3 +43,15 @@ BATCH_LOG = TableSpec(
     schema=BATCH_LOG_SCHEMA,
     comment="One row per committed micro-batch per job: pinned rules version, counts, timings.",
 )
+
+
+def log_batch(spark: SparkSession, path: str, row: dict[str, Any], *, txn: Txn | None) -> None:
+    """Append the batch's row (BATCH_LOG_SCHEMA fields); with ``txn`` a replayed batch does not add a second one."""
+    source = spark.createDataFrame([row], BATCH_LOG_SCHEMA)
+    append_idempotent(source, path, txn)
+
+
+def batch_logged(spark: SparkSession, path: str, job: str, batch_id: int) -> bool:
+    """Whether ``job`` has logged ``batch_id`` (for the engine: the batch completed, a replay has nothing to do)."""
+    frame = spark.read.format("delta").load(path)
+    return bool(frame.where((F.col("job") == job) & (F.col("batchId") == batch_id)).limit(1).count())

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
+from delta_tables.alert_cooldown import ALERT_COOLDOWN
 from delta_tables.alerts import ALERTS
 from delta_tables.batch_log import BATCH_LOG
 from delta_tables.bronze_transactions import bronze_spec
 from delta_tables.bucket_state import BUCKET_STATE
+from delta_tables.engine_progress import ENGINE_PROGRESS
 from delta_tables.quarantine import QUARANTINE
 from delta_tables.rule_changes import RULE_CHANGES
+from delta_tables.rule_states import RULE_STATES
 from delta_tables.rules import RULES
 from delta_tables.table_spec import TableSpec, create_table
 from pipelines.settings import Settings
@@ -29,6 +32,9 @@ def all_tables(settings: Settings) -> list[TableSpec]:
         ALERTS,
         QUARANTINE,
         BATCH_LOG,
+        RULE_STATES,
+        ENGINE_PROGRESS,
+        ALERT_COOLDOWN,
     ]
 
 

@@ -5,13 +5,34 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from pipelines.commands import demo_cmd, init_cmd, kafka_cmd, smoke_cmd
+from pipelines.commands import (
+    alerts_cmd,
+    demo_cmd,
+    dq_cmd,
+    generate_cmd,
+    init_cmd,
+    kafka_cmd,
+    maintain_cmd,
+    notebook_cmd,
+    rules_cmd,
+    run_cmd,
+    smoke_cmd,
+    state_cmd,
+)
 
 Register = Callable[[Any, Any], None]
 
 COMMANDS: list[Register] = [
+    alerts_cmd.register,
     demo_cmd.register,
+    dq_cmd.register,
+    generate_cmd.register,
     init_cmd.register,
     kafka_cmd.register,
+    maintain_cmd.register,
+    notebook_cmd.register,
+    rules_cmd.register,
+    run_cmd.register,
     smoke_cmd.register,
+    state_cmd.register,
 ]

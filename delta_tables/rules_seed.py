@@ -1,0 +1,41 @@
+"""Put rules straight into the rules table, without CDC: for the demo and the engine's tests.
+
+The production path is the rules CDC job (``delta_tables.rules_merge``: newest source position wins); this
+writes rows as given, so a test can create, update, pause, resume and delete rules between micro-batches.
+
+Example::
+
+    put_rule_rows(spark, settings.table_path("rules"), [rule_to_row(rule, source_position="seed:1",
+                                                                    source_op="c", source_ts_ms=None)])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from delta.tables import DeltaTable
+from pyspark.sql import SparkSession
+
+from delta_tables.rules import RULES_SCHEMA
+
+
+def put_rule_rows(spark: SparkSession, path: str, rows: Sequence[dict[str, Any]]) -> None:
+    """MERGE rules-table rows (RULES_SCHEMA dicts, one per ruleId) as they are: one commit.
+
+    Condition: ``t.ruleId = s.ruleId``. Clauses, in this order: ``whenMatchedUpdateAll`` (the row replaces the
+    rule, tombstones included), ``whenNotMatchedInsertAll``.
+    """
+    if not rows:
+        return
+    source = spark.createDataFrame(
+        [{f.name: row.get(f.name) for f in RULES_SCHEMA.fields} for row in rows], RULES_SCHEMA
+    )
+    (
+        DeltaTable.forPath(spark, path)
+        .alias("t")
+        .merge(source.alias("s"), "t.ruleId = s.ruleId")
+        .whenMatchedUpdateAll()
+        .whenNotMatchedInsertAll()
+        .execute()
+    )

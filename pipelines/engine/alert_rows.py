@@ -1,0 +1,82 @@
+"""Emitted alerts -> rows of the alerts table, and their JSON for the Kafka alerts topic.
+
+``alertId`` is ``<ruleId>:<transactionId>``: deterministic, so a replayed batch produces the same ids (and the
+Delta append is skipped as already committed; Kafka consumers can deduplicate on it: that sink is at-least-once).
+
+Example::
+
+    rows = alert_rows(emitted, rules_version=12, batch_id=7, detected_at=now)
+    write_alerts_to_kafka(rows, settings)
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from delta_tables.alerts import ALERTS_SCHEMA
+from pipelines.kafka_clients import spark_kafka_options
+from pipelines.settings import Settings
+
+EXPORT_FIELDS = (
+    "alertId",
+    "ruleId",
+    "transactionId",
+    "keyValue",
+    "aggregateValue",
+    "aggregatorFunctionType",
+    "limitOperatorType",
+    "limit",
+    "windowMinutes",
+    "eventTime",
+    "detectedAt",
+    "latencyMs",
+    "rulesVersion",
+    "batchId",
+)
+
+
+def alert_rows(emitted: DataFrame, *, rules_version: int, batch_id: int, detected_at: dt.datetime) -> DataFrame:
+    """ALERTS_SCHEMA rows of the emitted candidates (``evaluate`` + ``cooldown`` output)."""
+    detected = F.lit(detected_at).cast("timestamp")
+    frame = emitted.select(
+        F.concat(F.col("ruleId").cast("string"), F.lit(":"), F.col("transactionId")).alias("alertId"),
+        "ruleId",
+        "ruleSourcePosition",
+        "ruleSnapshot",
+        F.lit(rules_version).cast("long").alias("rulesVersion"),
+        "keyValue",
+        "transactionId",
+        "eventTime",
+        "aggregateValue",
+        "aggregatorFunctionType",
+        "limitOperatorType",
+        "limit",
+        "windowMinutes",
+        detected.alias("detectedAt"),
+        F.lit(batch_id).cast("long").alias("batchId"),
+        "ingestedAt",
+        (F.unix_millis(detected) - F.unix_millis("ingestedAt")).alias("latencyMs"),
+        F.to_date(detected).alias("detectedDate"),
+    )
+    return frame.select(*[F.col(f.name).cast(f.dataType) for f in ALERTS_SCHEMA.fields])
+
+
+def alert_json(alerts: DataFrame) -> DataFrame:
+    """One JSON object per alert (the export fields, ``key`` = the key string), column ``json``."""
+    fields = [F.col(name).alias("key" if name == "keyValue" else name) for name in EXPORT_FIELDS]
+    return alerts.select(F.col("alertId"), F.to_json(F.struct(*fields)).alias("json"))
+
+
+def write_alerts_to_kafka(alerts: DataFrame, settings: Settings) -> None:
+    """Send alerts to the alerts topic (key = alertId, value = JSON). At-least-once: a replay may resend."""
+    (
+        alert_json(alerts)
+        .select(F.col("alertId").alias("key"), F.col("json").alias("value"))
+        .write.format("kafka")
+        .options(**spark_kafka_options(settings))
+        .option("topic", settings.kafka.topics.alerts)
+        .save()
+    )

@@ -1,0 +1,152 @@
+"""The alert condition: each evaluated transaction's aggregate under each ACTIVE rule of its state, vs the limit.
+
+For transaction ``x`` in bucket ``b`` under rule ``r`` (reach ``R`` buckets), the lookback is
+
+* prior state (earlier batches) over buckets ``[b - R, b]`` + the batch's buckets ``[b - R, b - 1]``
+  (``lookback.range_aggregates``), plus
+* the batch's transactions of bucket ``b`` up to and including ``x`` in (eventTime, transactionId) order
+  (``running_in_bucket``: a ROWS window, so equal timestamps are split by transaction id).
+
+Bucket order agrees with (eventTime, transactionId) order, so nothing that follows ``x`` is counted.
+COUNT reads ``count``, SUM ``sum``, AVG ``sum / valueCount`` (HALF_UP to 6 decimals), MIN/MAX ``min``/``max``.
+
+Example::
+
+    candidates = evaluate(running_in_bucket(in_time), ranges, rules_frame(spark, states, bucket_seconds=60))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    BooleanType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from delta_tables.transaction_types import AGGREGATE_TYPE
+from pipelines.engine.lookback import POINT_KEYS
+from pipelines.engine.states import StateSpec
+from rules_cdc.rule_model import LimitOperator
+
+RULES_FRAME_SCHEMA = StructType(
+    [
+        StructField("stateId", StringType(), False),
+        StructField("ruleId", LongType(), False),
+        StructField("reach", LongType(), False),
+        StructField("windowMinutes", IntegerType(), False),
+        StructField("countsTransactions", BooleanType(), False),
+        StructField("aggregatorFunctionType", StringType(), False),
+        StructField("limitOperatorType", StringType(), False),
+        StructField("acceptedSigns", ArrayType(IntegerType(), False), False),
+        StructField("limit", AGGREGATE_TYPE, False),
+        StructField("cooldownMs", LongType(), False),
+        StructField("ruleSnapshot", StringType(), False),
+        StructField("ruleSourcePosition", StringType(), True),
+    ]
+)
+
+
+def reach_buckets(window_minutes: int, bucket_seconds: int) -> int:
+    """How many buckets before ``b`` a window reaches: ``floor(W*60 / bucket_seconds)``."""
+    return (window_minutes * 60) // bucket_seconds
+
+
+def rules_frame(spark: SparkSession, states: Sequence[StateSpec], *, bucket_seconds: int) -> DataFrame:
+    """The ACTIVE rules as a small frame (RULES_FRAME_SCHEMA), one row per rule."""
+    rows = [
+        (
+            state.state_id,
+            live.rule.rule_id,
+            reach_buckets(live.rule.window_minutes, bucket_seconds),
+            live.rule.window_minutes,
+            live.rule.counts_transactions,
+            live.rule.aggregator_function_type.value,
+            live.rule.limit_operator_type.value,
+            _ACCEPTED_SIGNS[live.rule.limit_operator_type],
+            live.rule.limit,
+            (live.rule.cooldown_minutes or 0) * 60_000,
+            live.snapshot,
+            live.source_position,
+        )
+        for state in states
+        for live in state.active_rules
+    ]
+    return spark.createDataFrame(rows, RULES_FRAME_SCHEMA)
+
+
+def running_in_bucket(tagged: DataFrame) -> DataFrame:
+    """Add ``cSum, cCount, cValueCount, cMin, cMax``: the batch's rows of the same (state, key, bucket) up to
+    and including this one, in (eventTimeMs, transactionId) order."""
+    upto = (
+        Window.partitionBy("stateId", "keyValue", "bucket")
+        .orderBy("eventTimeMs", "transactionId")
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
+    return tagged.withColumns(
+        {
+            "cSum": F.sum("value").over(upto),
+            "cCount": F.count(F.lit(1)).over(upto),
+            "cValueCount": F.count("value").over(upto),
+            "cMin": F.min("value").over(upto),
+            "cMax": F.max("value").over(upto),
+        }
+    )
+
+
+def _plus(a: Column, b: Column) -> Column:
+    """Null-aware sum of two nullable decimals (null only when both are)."""
+    return F.when(a.isNull(), b).when(b.isNull(), a).otherwise(a + b)
+
+
+_ACCEPTED_SIGNS = {
+    LimitOperator.GREATER: [1],
+    LimitOperator.GREATER_EQUAL: [0, 1],
+    LimitOperator.LESS: [-1],
+    LimitOperator.LESS_EQUAL: [-1, 0],
+    LimitOperator.EQUAL: [0],
+    LimitOperator.NOT_EQUAL: [-1, 1],
+}
+"""``value OP limit`` holds iff ``sign(value - limit)`` is one of these (one comparison per row, whatever OP)."""
+
+
+def _holds(value: Column, limit: Column, accepted_signs: Column) -> Column:
+    difference = F.try_subtract(value, limit)  # null (no alert) rather than an overflow error near 1e32
+    return F.coalesce(F.array_contains(accepted_signs, F.signum(difference).cast("int")), F.lit(False))
+
+
+def aggregate_values(joined: DataFrame) -> DataFrame:
+    """Add ``aggregateValue`` (decimal(38,6)) from the range (``r*``) and running (``c*``) parts."""
+    total_count = F.coalesce(F.col("rCount"), F.lit(0)) + F.col("cCount")
+    value_count = F.coalesce(F.col("rValueCount"), F.lit(0)) + F.col("cValueCount")
+    total_sum = _plus(F.col("rSum"), F.col("cSum"))
+    agg = F.col("aggregatorFunctionType")
+    value = (
+        F.when(F.col("countsTransactions"), total_count.cast(AGGREGATE_TYPE))
+        .when(agg == "SUM", total_sum)
+        .when(agg == "AVG", total_sum / value_count)
+        .when(agg == "MIN", F.least("rMin", "cMin"))
+        .when(agg == "MAX", F.greatest("rMax", "cMax"))
+    )
+    return joined.withColumn("aggregateValue", value.cast(AGGREGATE_TYPE))
+
+
+def evaluate(running: DataFrame, ranges: DataFrame, rules: DataFrame) -> DataFrame:
+    """Candidate alerts: every (transaction, ACTIVE rule of its state it counts for) whose aggregate meets the limit.
+
+    ``running``: in-time tagged rows with the running columns; ``ranges``: ``lookback.range_aggregates``;
+    ``rules``: ``rules_frame`` (small, broadcast). Cooldowns are applied afterwards (``cooldown``).
+    """
+    per_rule = running.join(F.broadcast(rules), "stateId").where(
+        F.col("countsTransactions") | F.col("value").isNotNull()
+    )
+    joined = per_rule.join(ranges, list(POINT_KEYS), "left")
+    valued = aggregate_values(joined)
+    return valued.where(_holds(F.col("aggregateValue"), F.col("limit"), F.col("acceptedSigns")))

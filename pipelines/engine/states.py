@@ -1,0 +1,169 @@
+"""Rules in force -> shared states, and what the bucket state must change for them (new, rebuilt, dropped).
+
+Rules with the same (grouping keys, aggregate field, filter) share one state (``Rule.state_id``): their buckets
+are the same whatever their aggregator, limit or window. Rules are few, so this module works on Python lists
+(collected once per batch, at the pinned rules-table version), never on transactions.
+
+Example::
+
+    rules = read_live_rules(spark, settings.table_path("rules"), version=12, schema=settings.transaction_schema)
+    states = states_of(rules)
+    plan = plan_states(states, read_registry(spark, settings.table_path("rule_states"), version=3))
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from pyspark.sql import SparkSession
+
+from pipelines.settings import TransactionSchema
+from rules_cdc.filter_expr import All, AnyOf, Leaf, Not
+from rules_cdc.rule_model import COUNT_FIELD, Rule, RuleState
+from rules_cdc.rules_table import live_rules, rule_from_row, rule_snapshot_json
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LiveRule:
+    """A rule in force for a batch, with where it came from in the rules table."""
+
+    rule: Rule
+    source_position: str | None
+
+    @property
+    def active(self) -> bool:
+        return self.rule.rule_state is RuleState.ACTIVE
+
+    @property
+    def snapshot(self) -> str:
+        return rule_snapshot_json(self.rule)
+
+
+@dataclass(frozen=True)
+class StateSpec:
+    """One shared state: what its rows aggregate, and the live rules that read it."""
+
+    state_id: str
+    signature: str
+    grouping_key_names: tuple[str, ...]
+    aggregate_field: str | None  # None: the COUNT pseudo-field (the state only counts)
+    filter: All | AnyOf | Not | Leaf | None
+    rules: tuple[LiveRule, ...]
+
+    @property
+    def window_minutes(self) -> int:
+        """The widest window of its live (ACTIVE and PAUSED) rules: how much history the state keeps."""
+        return max(r.rule.window_minutes for r in self.rules)
+
+    @property
+    def active_rules(self) -> tuple[LiveRule, ...]:
+        return tuple(r for r in self.rules if r.active)
+
+
+@dataclass(frozen=True)
+class RegistryEntry:
+    state_id: str
+    window_minutes: int
+    created_batch_id: int
+    updated_batch_id: int
+
+
+@dataclass(frozen=True)
+class StatePlan:
+    """What this batch must do to the bucket state before evaluating (all empty: nothing)."""
+
+    new: tuple[str, ...]  # no rows yet: backfill from bronze
+    rebuilt: tuple[str, ...]  # window grew beyond what retention kept: drop and backfill
+    dropped: tuple[str, ...]  # no live rule reads it any more: drop
+    windows: Mapping[str, int]  # registry windowMinutes to record (new, rebuilt or changed)
+
+    @property
+    def backfilled(self) -> tuple[str, ...]:
+        return self.new + self.rebuilt
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.new or self.rebuilt or self.dropped or self.windows)
+
+
+def read_live_rules(spark: SparkSession, path: str, *, version: int, schema: TransactionSchema) -> list[LiveRule]:
+    """The ACTIVE and PAUSED rules of the rules table at ``version``; a row that fails validation is skipped."""
+    frame = live_rules(spark.read.format("delta").option("versionAsOf", version).load(path))
+    rules: list[LiveRule] = []
+    for row in frame.collect():  # rules, not transactions: a few hundred rows at most
+        data = row.asDict()
+        try:
+            rule = rule_from_row(data)
+            rule.check_against(schema)
+        except ValueError as error:
+            log.warning("rule %s at rules version %s is skipped: %s", data.get("ruleId"), version, error)
+            continue
+        rules.append(LiveRule(rule, data.get("sourcePosition")))
+    return sorted(rules, key=lambda r: r.rule.rule_id)
+
+
+def states_of(rules: Sequence[LiveRule]) -> list[StateSpec]:
+    """Group rules by ``state_id``; states sorted by id, rules by rule id."""
+    grouped: dict[str, list[LiveRule]] = {}
+    for live in rules:
+        grouped.setdefault(live.rule.state_id, []).append(live)
+    states = []
+    for state_id, members in sorted(grouped.items()):
+        first = members[0].rule
+        field = None if first.aggregate_field_name == COUNT_FIELD else first.aggregate_field_name
+        states.append(
+            StateSpec(
+                state_id=state_id,
+                signature=first.state_signature,
+                grouping_key_names=first.grouping_key_names,
+                aggregate_field=field,
+                filter=first.filter,
+                rules=tuple(sorted(members, key=lambda r: r.rule.rule_id)),
+            )
+        )
+    return states
+
+
+def read_registry(spark: SparkSession, path: str, *, version: int) -> dict[str, RegistryEntry]:
+    """The state registry at ``version`` (one small row per state)."""
+    frame = spark.read.format("delta").option("versionAsOf", version).load(path)
+    columns = ("stateId", "windowMinutes", "createdBatchId", "updatedBatchId")
+    return {row["stateId"]: RegistryEntry(*(row[c] for c in columns)) for row in frame.select(*columns).collect()}
+
+
+def plan_states(states: Sequence[StateSpec], registry: Mapping[str, RegistryEntry]) -> StatePlan:
+    """Compare the states the rules need with the registered ones.
+
+    A state whose widest window grew past its registered one is rebuilt: retention may already have dropped
+    the older buckets it now needs. A narrower window is only recorded (retention then keeps less).
+    """
+    wanted = {s.state_id: s.window_minutes for s in states}
+    new = tuple(sorted(sid for sid in wanted if sid not in registry))
+    rebuilt = tuple(sorted(sid for sid, w in wanted.items() if sid in registry and w > registry[sid].window_minutes))
+    dropped = tuple(sorted(sid for sid in registry if sid not in wanted))
+    windows = {sid: w for sid, w in wanted.items() if sid not in registry or registry[sid].window_minutes != w}
+    return StatePlan(new=new, rebuilt=rebuilt, dropped=dropped, windows=windows)
+
+
+class RulesCache:
+    """The rules in force and the state registry by table version: read once per version, not once per batch."""
+
+    def __init__(self, rules_path: str, registry_path: str, schema: TransactionSchema) -> None:
+        self._paths = (rules_path, registry_path)
+        self._schema = schema
+        self._rules: tuple[int, list[LiveRule]] | None = None
+        self._registry: tuple[int, dict[str, RegistryEntry]] | None = None
+
+    def rules(self, spark: SparkSession, version: int) -> list[LiveRule]:
+        if self._rules is None or self._rules[0] != version:
+            self._rules = (version, read_live_rules(spark, self._paths[0], version=version, schema=self._schema))
+        return self._rules[1]
+
+    def registry(self, spark: SparkSession, version: int) -> dict[str, RegistryEntry]:
+        if self._registry is None or self._registry[0] != version:
+            self._registry = (version, read_registry(spark, self._paths[1], version=version))
+        return self._registry[1]

@@ -1,0 +1,116 @@
+"""What the engine has done, for people: rules, transactions, alerts per rule, latency; and the alerts export.
+
+Everything here reads aggregates (counts, percentiles) or the alerts themselves, never transactions.
+
+Example::
+
+    print(format_summary(engine_summary(spark, settings)))
+    export_alerts(spark, settings, "alerts.jsonl")
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from delta.tables import DeltaTable
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from delta_tables.idempotent import table_version
+from pipelines.engine.alert_rows import alert_json
+from pipelines.engine.states import read_live_rules
+from pipelines.settings import Settings
+
+
+@dataclass
+class EngineSummary:
+    rules: list[tuple[int, str, str]] = field(default_factory=list)  # (ruleId, state, name)
+    rules_version: int = 0
+    transactions: int = 0
+    late: int = 0
+    quarantined: int = 0
+    batches: int = 0
+    alerts_per_rule: dict[int, int] = field(default_factory=dict)
+    latency_ms: dict[str, float] = field(default_factory=dict)  # p50/p95/p99/max, detected - ingested
+    batch_seconds: dict[str, float] = field(default_factory=dict)  # p50/max micro-batch duration
+
+
+def _percentiles(frame: Any, column: str, scale: float = 1.0) -> dict[str, float]:
+    row = frame.agg(
+        F.percentile(column, [0.5, 0.95, 0.99]).alias("p"), F.max(column).alias("max"), F.count(column).alias("n")
+    ).first()
+    if row is None or not row["n"]:
+        return {}
+    p50, p95, p99 = row["p"]
+    return {"p50": p50 / scale, "p95": p95 / scale, "p99": p99 / scale, "max": row["max"] / scale}
+
+
+def engine_summary(spark: SparkSession, settings: Settings) -> EngineSummary:
+    """Counts and percentiles over the lakehouse tables (a few small aggregations)."""
+    path = settings.table_path
+    version = table_version(spark, path("rules"))
+    rules = read_live_rules(spark, path("rules"), version=version, schema=settings.transaction_schema)
+    bronze = spark.read.format("delta").load(path("bronze_transactions"))
+    counts = bronze.agg(F.count(F.lit(1)).alias("n"), F.count(F.when(F.col("isLate"), 1)).alias("late")).first()
+    alerts = spark.read.format("delta").load(path("alerts"))
+    quarantine = spark.read.format("delta").load(path("quarantine")).where(F.col("source") == "transactions")
+    batches = spark.read.format("delta").load(path("batch_log")).where(F.col("job").startswith("engine-"))
+    per_rule = {r["ruleId"]: r["n"] for r in alerts.groupBy("ruleId").agg(F.count(F.lit(1)).alias("n")).collect()}
+    return EngineSummary(
+        rules=[(r.rule.rule_id, r.rule.rule_state.value, r.rule.rule_name or "") for r in rules],
+        rules_version=version,
+        transactions=counts["n"] if counts else 0,
+        late=counts["late"] if counts else 0,
+        quarantined=quarantine.count(),
+        batches=batches.count(),
+        alerts_per_rule=dict(sorted(per_rule.items())),
+        latency_ms=_percentiles(alerts, "latencyMs"),
+        batch_seconds=_percentiles(batches, "durationMs", scale=1000.0),
+    )
+
+
+def format_summary(summary: EngineSummary) -> str:
+    """The summary as lines of text."""
+    lines = [f"rules (version {summary.rules_version}):"]
+    for rule_id, state, name in summary.rules:
+        alerts = summary.alerts_per_rule.get(rule_id, 0)
+        lines.append(f"  {rule_id:>4} {state:<7} {alerts:>6} alerts  {name}")
+    others = {k: v for k, v in summary.alerts_per_rule.items() if k not in {r[0] for r in summary.rules}}
+    for rule_id, alerts in others.items():
+        lines.append(f"  {rule_id:>4} (gone)  {alerts:>6} alerts")
+    lines.append(
+        f"transactions: {summary.transactions} in bronze ({summary.late} late), {summary.quarantined} quarantined,"
+        f" {summary.batches} micro-batches"
+    )
+    lines.append(f"alerts: {sum(summary.alerts_per_rule.values())}")
+    if summary.latency_ms:
+        lat = summary.latency_ms
+        lines.append(
+            f"latency ingestion -> alert: p50 {lat['p50'] / 1000:.1f} s, p95 {lat['p95'] / 1000:.1f} s,"
+            f" p99 {lat['p99'] / 1000:.1f} s, max {lat['max'] / 1000:.1f} s"
+        )
+    if summary.batch_seconds:
+        sec = summary.batch_seconds
+        lines.append(f"micro-batch time: p50 {sec['p50']:.1f} s, p95 {sec['p95']:.1f} s, max {sec['max']:.1f} s")
+    return "\n".join(lines)
+
+
+def export_alerts(spark: SparkSession, settings: Settings, output: str | Path, *, rule_id: int | None = None) -> int:
+    """Write the alerts as JSON lines (alertId, ruleId, transactionId, key, aggregateValue, limit, eventTime,
+    detectedAt, ...), oldest detection first; return how many. Streams rows to the driver, not all at once."""
+    if not DeltaTable.isDeltaTable(spark, settings.table_path("alerts")):
+        raise FileNotFoundError(f"no alerts table under {settings.lakehouse_root}: run `fraudlake init` / `run`")
+    alerts = spark.read.format("delta").load(settings.table_path("alerts"))
+    if rule_id is not None:
+        alerts = alerts.where(F.col("ruleId") == rule_id)
+    ordered = alert_json(alerts.orderBy("detectedAt", "ruleId", "transactionId"))
+    count = 0
+    target = Path(output)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with target.open("w", encoding="utf-8") as out:
+        for row in ordered.select("json").toLocalIterator():
+            out.write(row["json"] + "\n")
+            count += 1
+    return count

@@ -1,0 +1,80 @@
+"""Helpers for the engine tests: rules into the rules table, transactions as raw source frames, alerts out."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from decimal import Decimal
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from delta_tables.idempotent import table_version
+from delta_tables.rules_seed import put_rule_rows
+from pipelines.engine.parse_transactions import RAW_SCHEMA
+from pipelines.settings import Settings
+from rules_cdc.rule_model import Rule, RuleState
+from rules_cdc.rules_table import rule_to_row, tombstone_row
+
+
+def make_rule(rule_id: int, **fields: Any) -> Rule:
+    """A rule: SUM of paymentAmount per payer over 10 minutes, GREATER 100, unless overridden (camelCase)."""
+    base: dict[str, Any] = {
+        "ruleId": rule_id,
+        "groupingKeyNames": ["payerId"],
+        "aggregateFieldName": "paymentAmount",
+        "aggregatorFunctionType": "SUM",
+        "limitOperatorType": "GREATER",
+        "limit": 100,
+        "windowMinutes": 10,
+    }
+    return Rule.model_validate(base | fields)
+
+
+def put_rules(
+    spark: SparkSession, settings: Settings, rules: Sequence[Rule], *, deleted: Sequence[int] = (), tick: int = 0
+) -> int:
+    """Write these rules (and tombstones for ``deleted`` ids) to the rules table; return the new version."""
+    rows = [rule_to_row(r, source_position=f"test:{tick:08d}", source_op="u", source_ts_ms=None) for r in rules]
+    rows += [
+        tombstone_row(rule_id, source_position=f"test:{tick:08d}", source_op="d", source_ts_ms=None)
+        for rule_id in deleted
+    ]
+    put_rule_rows(spark, settings.table_path("rules"), rows)
+    return table_version(spark, settings.table_path("rules"))
+
+
+def paused(rule: Rule) -> Rule:
+    return rule.model_copy(update={"rule_state": RuleState.PAUSED})
+
+
+def json_line(record: Mapping[str, Any]) -> str:
+    """A transaction as a JSON line; Decimals are written as JSON numbers with their exact digits."""
+    marked = {k: (f"@@{v}@@" if isinstance(v, Decimal) else v) for k, v in record.items()}
+    text = json.dumps(marked, separators=(",", ":"))
+    return text.replace('"@@', "").replace('@@"', "")
+
+
+def raw_frame(spark: SparkSession, records: Sequence[Mapping[str, Any] | str], *, name: str = "batch") -> DataFrame:
+    """A RAW_SCHEMA frame as the files source would give it (one line per record)."""
+    rows = [
+        (r if isinstance(r, str) else json_line(r), "files", f"file:/test/{name}.jsonl", None, None, None)
+        for r in records
+    ]
+    return spark.createDataFrame(rows, RAW_SCHEMA)
+
+
+def alerts_by_id(spark: SparkSession, settings: Settings) -> dict[tuple[int, str], tuple[str, Decimal]]:
+    """(ruleId, transactionId) -> (keyValue, aggregateValue) of the alerts table."""
+    frame = spark.read.format("delta").load(settings.table_path("alerts"))
+    rows = frame.select("ruleId", "transactionId", "keyValue", "aggregateValue").collect()
+    return {(r["ruleId"], r["transactionId"]): (r["keyValue"], r["aggregateValue"]) for r in rows}
+
+
+def table_rows(spark: SparkSession, path: str, *, drop: Sequence[str] = ()) -> list[tuple[Any, ...]]:
+    """Every row of a Delta table (minus volatile columns), sorted: to compare two tables by content."""
+    frame = spark.read.format("delta").load(path)
+    frame = frame.drop(*drop) if drop else frame
+    rows = [tuple(r) for r in frame.select(*[F.col(c) for c in frame.columns]).collect()]
+    return sorted(rows, key=lambda row: tuple((v is None, str(v)) for v in row))

@@ -1,0 +1,131 @@
+"""The engine as a streaming job over the real file source: run to completion, and killed with SIGKILL mid-way.
+
+``fraudlake run --once`` is started in a subprocess that kills itself (fault injection) right after the bucket
+state MERGE of its second micro-batch, before the batch is logged or checkpointed; a restart replays that batch.
+The lakehouse must then equal one from an uninterrupted run (the same job in-process): bronze, state, alerts,
+cooldown memory.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from engine_fixtures import make_rule, put_rules, table_rows
+from pyspark.sql import SparkSession
+
+from delta_tables.catalog import init_lakehouse
+from pipelines.engine.faults import FAULT_ENV
+from pipelines.engine.job import EngineRun, run_engine
+from pipelines.generator import FraudRates, GeneratorConfig, generate, to_json
+from pipelines.settings import LAKEHOUSE_ENV, REPO_ROOT, Settings
+
+FILES, PER_FILE = 2, 200
+VOLATILE = {
+    "bronze_transactions": (),
+    "bucket_state": ("updatedAt",),
+    "alerts": ("detectedAt", "latencyMs", "detectedDate"),
+    "alert_cooldown": ("updatedAt",),
+}
+
+
+def _landing(folder: Path) -> None:
+    config = GeneratorConfig(
+        seed=11,
+        start_ms=1_700_006_400_000,
+        events_per_second=2.0,
+        payers=8,
+        beneficiaries=20,
+        fraud=FraudRates.split(0.03),
+    )
+    records = generate(config, FILES * PER_FILE)
+    folder.mkdir(parents=True)
+    for i in range(FILES):
+        path = folder / f"part-{i}.jsonl"
+        path.write_text("\n".join(to_json(r) for r in records[i * PER_FILE : (i + 1) * PER_FILE]) + "\n")
+        os.utime(path, (1_700_000_000 + i, 1_700_000_000 + i))  # the file source takes them oldest first
+
+
+def _lakehouse(spark: SparkSession, settings: Settings, root: Path) -> Settings:
+    own = settings.with_lakehouse(str(root))
+    init_lakehouse(spark, own)
+    put_rules(
+        spark,
+        own,
+        [
+            make_rule(1, aggregatorFunctionType="COUNT", limit=3, windowMinutes=2, cooldownMinutes=1),
+            make_rule(2, groupingKeyNames=["beneficiaryId"], limit=2000, windowMinutes=30),
+            make_rule(3, groupingKeyNames=[], aggregatorFunctionType="MAX", limit=5000, windowMinutes=5),
+        ],
+    )
+    return own
+
+
+def _run_cli(root: Path, landing: Path, fault: str | None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, LAKEHOUSE_ENV: str(root), "PYSPARK_PYTHON": sys.executable}
+    env.pop(FAULT_ENV, None)
+    if fault:
+        env[FAULT_ENV] = fault
+    command = [sys.executable, "-m", "pipelines.cli", "run", "--once", "--input", str(landing)]
+    command += ["--max-files-per-trigger", "1"]
+    process = subprocess.Popen(
+        command,
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        output, _ = process.communicate(timeout=600)
+    finally:
+        _reap_group(process.pid)
+    return subprocess.CompletedProcess(command, process.returncode, output, "")
+
+
+def _reap_group(pgid: int) -> None:
+    """Wait for the rest of the subprocess's own group (its Spark JVM) to exit; kill it after 60 s."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        if time.monotonic() > deadline:
+            os.killpg(pgid, signal.SIGKILL)
+        time.sleep(0.5)
+
+
+def test_killed_and_restarted_run_equals_an_uninterrupted_one(
+    spark: SparkSession, settings: Settings, tmp_path: Path
+) -> None:
+    landing = tmp_path / "landing"
+    _landing(landing)
+    clean = _lakehouse(spark, settings, tmp_path / "clean")
+    lines: list[str] = []
+    run_engine(
+        spark,
+        clean,
+        EngineRun(source="files", input_path=str(landing), once=True, max_files_per_trigger=1),
+        report=lines.append,
+    )
+    assert [line.split(":")[0] for line in lines] == ["batch 0", "batch 1"]
+
+    crashed = _lakehouse(spark, settings, tmp_path / "crashed")
+    killed = _run_cli(tmp_path / "crashed", landing, fault="state@1")
+    assert killed.returncode == -signal.SIGKILL, killed.stdout[-3000:]
+    assert "batch 0:" in killed.stdout and "batch 1:" not in killed.stdout
+    restarted = _run_cli(tmp_path / "crashed", landing, fault=None)
+    assert restarted.returncode == 0, restarted.stdout[-3000:]
+    assert "batch 1:" in restarted.stdout and "batch 0:" not in restarted.stdout
+
+    for table, volatile in VOLATILE.items():
+        expected = table_rows(spark, clean.table_path(table), drop=volatile)
+        assert table_rows(spark, crashed.table_path(table), drop=volatile) == expected, table
+    alerts = table_rows(spark, clean.table_path("alerts"), drop=VOLATILE["alerts"])
+    assert len(alerts) > 0 and {row[1] for row in alerts} == {1, 2, 3}
