@@ -56,11 +56,13 @@ def test_replayed_batches_have_exactly_once_effects(
     spark: SparkSession, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     init_lakehouse(spark, settings)
-    crashes = [("alerts", 1), ("state", 1)]  # batch 1 dies after its alerts, then (re-run) after its state MERGE
+    # Batch 1 dies after its alerts append, then (re-run) after its state MERGE; one crash per attempt.
+    crashes = {1: ["alerts", "state"]}
+    armed: list[tuple[str, int]] = []
 
     def crash_point(point: str, batch_id: int) -> None:
-        if crashes and crashes[0] == (point, batch_id):
-            crashes.pop(0)
+        if armed and armed[0] == (point, batch_id):
+            armed.clear()
             raise InjectedCrash(f"after {point} of batch {batch_id}")
 
     monkeypatch.setattr(batch_handler, "crash_point", crash_point)
@@ -82,6 +84,7 @@ def test_replayed_batches_have_exactly_once_effects(
         attempts = 0
         while True:
             attempts += 1
+            armed[:] = [(crashes[batch_id].pop(0), batch_id)] if crashes.get(batch_id) else []
             try:  # a fresh handler per attempt: a restarted job remembers nothing
                 handler = BatchHandler(settings, app_id="engine-replay", report=lambda line: None)
                 handler.process(frame, batch_id)

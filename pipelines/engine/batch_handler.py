@@ -5,9 +5,9 @@ Order of a batch (every read at a version pinned in ``engine_progress``; every w
 1. parse; record the *intent* (rules, registry and bronze versions, high-water marks) unless a first attempt did;
 2. state maintenance if the rules need it (drop, rebuild, backfill, forget cooldowns; registry), then pin the
    state and cooldown versions to evaluate against (READY);
-3. quarantine and bronze appends;
-4. evaluate against the pinned state + the batch itself; alerts append (+ Kafka), cooldown MERGE;
-5. the batch's tiles MERGEd into the state; retention when due; batch log; DONE.
+3. quarantine and bronze appends (background threads), beside
+4. evaluation against the pinned state + the batch itself; alerts append (+ Kafka, background), cooldown MERGE;
+5. the batch's tiles MERGEd into the state; retention when due; the batch log row last (the batch is complete).
 
 A re-run of a batch (crash before the checkpoint commit) reads the same snapshots, so it computes the same
 writes, and Delta skips every one already committed (``txnAppId/txnVersion``): exactly-once effects.
