@@ -23,6 +23,19 @@ from pyspark.sql.types import (
 from delta_tables.table_spec import TableSpec
 from delta_tables.transaction_types import AGGREGATE_TYPE
 
+RULE_CONTENT_COLUMNS = (
+    "ruleName",
+    "groupingKeyNames",
+    "aggregateFieldName",
+    "aggregatorFunctionType",
+    "limitOperatorType",
+    "limit",
+    "windowMinutes",
+    "filter",
+    "cooldownMinutes",
+)
+"""The columns a rule's definition lives in: what a tombstone clears (besides ruleId, ruleState and disabled)."""
+
 RULES_SCHEMA = StructType(
     [
         StructField("ruleId", LongType(), False),

@@ -18,7 +18,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from delta_tables.rules import RULES_SCHEMA
+from delta_tables.rules import RULE_CONTENT_COLUMNS, RULES_SCHEMA
 
 TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
@@ -26,17 +26,6 @@ USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 # The MERGE source is a small local frame built on the driver: deterministic, no need to materialise it.
 MATERIALIZE_SOURCE_CONF = "spark.databricks.delta.merge.materializeSource"
 _HISTORY_SCAN = 50
-_RULE_CONTENT = (
-    "ruleName",
-    "groupingKeyNames",
-    "aggregateFieldName",
-    "aggregatorFunctionType",
-    "limitOperatorType",
-    "limit",
-    "windowMinutes",
-    "filter",
-    "cooldownMinutes",
-)
 
 
 def merge_rules(
@@ -74,7 +63,7 @@ def merge_rules(
     )
     if truncate_below is not None:
         position, ts_ms = truncate_below
-        tombstone: dict[str, str | Column] = {name: F.lit(None) for name in _RULE_CONTENT}
+        tombstone: dict[str, str | Column] = {name: F.lit(None) for name in RULE_CONTENT_COLUMNS}
         tombstone.update(
             {
                 "ruleState": F.lit("DELETED"),

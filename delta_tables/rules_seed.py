@@ -1,4 +1,4 @@
-"""Put rules straight into the rules table, without CDC: for the demo and the engine's tests.
+"""Put rules straight into the rules table, without CDC: for the engine's tests.
 
 The production path is the rules CDC job (``delta_tables.rules_merge``: newest source position wins); this
 writes rows as given, so a test can create, update, pause, resume and delete rules between micro-batches.

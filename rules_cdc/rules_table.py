@@ -15,22 +15,10 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from delta_tables.rules import RULE_CONTENT_COLUMNS
 from rules_cdc.rule_model import Rule, RuleState
 
-RULE_FIELDS = (
-    "ruleId",
-    "ruleName",
-    "ruleState",
-    "groupingKeyNames",
-    "aggregateFieldName",
-    "aggregatorFunctionType",
-    "limitOperatorType",
-    "limit",
-    "windowMinutes",
-    "filter",
-    "cooldownMinutes",
-    "disabled",
-)
+RULE_FIELDS = ("ruleId", "ruleState", *RULE_CONTENT_COLUMNS, "disabled")
 """The rules-table columns that make up a rule (the rest are CDC bookkeeping)."""
 
 LIVE_STATES = (RuleState.ACTIVE.value, RuleState.PAUSED.value)

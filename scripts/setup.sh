@@ -14,7 +14,7 @@ if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$VENV/.fraudlake-stamp" 2>/dev/null)
   echo "setup: creating $VENV and installing Python packages (first run: a few minutes)"
   [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip
-  "$VENV/bin/python" -m pip install -q -c constraints.txt -e ".[dq,dev]"
+  "$VENV/bin/python" -m pip install -q -c constraints.txt -e ".[local,dq,dev]"
   echo "$py_stamp" > "$VENV/.fraudlake-stamp"
 fi
 

@@ -4,20 +4,10 @@ from decimal import Decimal
 
 import pytest
 from pyspark.sql import SparkSession
+from rules_cdc_support import SEED
 
 from pipelines.settings import Settings
 from rules_cdc.rule_model import Aggregator, LimitOperator, RuleState, RuleValidationError, parse_rule
-
-SEED = {
-    "ruleId": 1,
-    "ruleState": "ACTIVE",
-    "groupingKeyNames": ["payerId", "beneficiaryId"],
-    "aggregateFieldName": "paymentAmount",
-    "aggregatorFunctionType": "SUM",
-    "limitOperatorType": "GREATER",
-    "limit": 1000000,
-    "windowMinutes": 10080,
-}
 
 
 def test_seed_rule_parses_as_is(base_settings: Settings) -> None:

@@ -9,22 +9,13 @@ import json
 from typing import Any
 
 from reference_evaluator import RefBatch, evaluate
+from rules_cdc_support import SEED
 
 from pipelines.generator import PATTERNS, FraudRates, GeneratorConfig, Transaction, TransactionGenerator
 from pipelines.settings import REPO_ROOT, Settings
 from rules_cdc.rule_model import Rule, RuleState, parse_rule
 
 SAMPLE_RULES = REPO_ROOT / "conf" / "sample_rules.json"
-SEED_RULE = {
-    "ruleId": 1,
-    "ruleState": "ACTIVE",
-    "groupingKeyNames": ["payerId", "beneficiaryId"],
-    "aggregateFieldName": "paymentAmount",
-    "aggregatorFunctionType": "SUM",
-    "limitOperatorType": "GREATER",
-    "limit": 1000000,
-    "windowMinutes": 10080,
-}
 CATCHES = {"large_payment": {6}, "velocity_burst": {2, 3}, "structuring": {4}, "fan_out": {5}}
 """Which sample rules are designed to catch which pattern."""
 
@@ -36,7 +27,7 @@ def sample_rules(settings: Settings) -> list[Rule]:
 
 def test_sample_rules_parse_and_start_with_the_seed_rule(base_settings: Settings) -> None:
     raw = json.loads(SAMPLE_RULES.read_text())
-    assert raw[0] == SEED_RULE
+    assert raw[0] == SEED
     rules = sample_rules(base_settings)
     assert len(rules) == 6 and len({r.rule_id for r in rules}) == 6
     assert all(r.rule_state is RuleState.ACTIVE for r in rules)

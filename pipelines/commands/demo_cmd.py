@@ -1,7 +1,7 @@
 """``fraudlake demo``: the main job end to end on embedded defaults (no Kafka needed).
 
 Sets up a lakehouse (by default a fresh ``<work_dir>/demo-lakehouse``), loads the sample rules
-(conf/sample_rules.json, the seed's rule among them) into the rules table, generates transactions with injected
+(conf/sample_rules.json, the seed's rule among them) through rules CDC, generates transactions with injected
 fraud patterns into the landing folder, runs the engine until it has caught up (``fraudlake run --once``) and
 prints a summary: rules, transactions, alerts per rule, latency percentiles.
 """
@@ -9,6 +9,7 @@ prints a summary: rules, transactions, alerts per rule, latency percentiles.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -19,15 +20,14 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from delta_tables.catalog import init_lakehouse
-from delta_tables.rules_seed import put_rule_rows
 from pipelines.commands.context import settings_from, spark_from
 from pipelines.engine.job import EngineRun, run_engine
 from pipelines.engine.summary import engine_summary, format_summary
 from pipelines.generator import FraudRates, GeneratorConfig, TransactionGenerator
 from pipelines.generator_sinks import FileSink
 from pipelines.settings import LAKEHOUSE_ENV, REPO_ROOT, Settings
+from rules_cdc.manage import edit_rules
 from rules_cdc.rule_model import Rule, parse_rule
-from rules_cdc.rules_table import rule_to_row
 
 SAMPLE_RULES = REPO_ROOT / "conf" / "sample_rules.json"
 
@@ -42,16 +42,15 @@ def register(subparsers: Any, parent: argparse.ArgumentParser) -> None:
 
 
 def load_rules(spark: SparkSession, settings: Settings, path: Path = SAMPLE_RULES) -> list[Rule]:
-    """Validate the rules in a JSON array file and put them into the rules table (demo: no CDC involved)."""
+    """Validate the rules in a JSON array file and apply them through rules CDC (Debezium-style ``c`` events,
+    the same MERGE the rules job runs; ``fraudlake rules history`` shows them)."""
     rules = [parse_rule(item, settings.transaction_schema) for item in json.loads(path.read_text())]
-    now_ms = int(time.time() * 1000)
-    rows = [rule_to_row(r, source_position=f"demo:{now_ms:015d}", source_op="r", source_ts_ms=now_ms) for r in rules]
-    put_rule_rows(spark, settings.table_path("rules"), rows)
+    edit_rules(spark, settings, "upsert", rules=rules)
     return rules
 
 
 def generate_landing(settings: Settings, *, count: int, files: int, fraud_rate: float, seed: int) -> dict[str, int]:
-    """``count`` transactions ending about now, in ``files`` landing files, plus one file of bad records."""
+    """About ``count`` transactions ending about now, in ``files`` landing files, two of them malformed."""
     events_per_second = 2.0  # ~33 minutes of event time for 4000: every pattern's episode fits in it
     start_ms = int(time.time() * 1000) - int(count / events_per_second * 1000)
     config = GeneratorConfig(
@@ -63,20 +62,18 @@ def generate_landing(settings: Settings, *, count: int, files: int, fraud_rate: 
         fraud=FraudRates.split(fraud_rate),
     )
     generator = TransactionGenerator(config)
+    records = [*itertools.islice(generator, count), *generator.drain()]  # drain: the episodes in progress
     landing = Path(settings.landing_path("transactions"))
-    sink = FileSink(landing, records_per_file=max(1, -(-count // files)))
-    sent = 0
-    for record in generator:
-        sink.send(record)
-        sent += 1
-        if sent >= count:
-            break
-    for record in generator.drain():  # the rest of the episodes in progress
+    sink = FileSink(landing, records_per_file=-(-len(records) // files))
+    for record in records:
         sink.send(record)
     sink.close()
-    (landing / "malformed-demo.jsonl").write_text(
-        '{"transactionId": "broken", "eventTime": \n{"transactionId": "no-amount", "eventTime": 1700000000000}\n'
-    )
+    # Two malformed records, in the last file: they go to quarantine, the rest of that batch goes on.
+    last = sink.files[-1]
+    with last.open("a", encoding="utf-8") as out:
+        out.write(
+            '{"transactionId": "broken", "eventTime": \n{"transactionId": "no-amount", "eventTime": 1700000000000}\n'
+        )
     return dict(generator.episodes)
 
 
