@@ -6,13 +6,20 @@ widgets, display, exit) is tested on small notebooks written here.
 
 from __future__ import annotations
 
+import itertools
+import json
 from pathlib import Path
 
 import pytest
+from chispa import assert_df_equality
+from engine_fixtures import put_rules
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
-from delta_tables.catalog import all_tables
+from delta_tables.catalog import all_tables, init_lakehouse
 from pipelines.cli import main
+from pipelines.generator import GeneratorConfig, TransactionGenerator
+from pipelines.generator_sinks import FileSink
 from pipelines.notebook_runner import (
     HEADER,
     NOTEBOOKS_DIR,
@@ -22,7 +29,8 @@ from pipelines.notebook_runner import (
     parse_notebook,
     run_notebook,
 )
-from pipelines.settings import REPO_ROOT, Settings
+from pipelines.settings import REPO_ROOT, Settings, load_settings
+from rules_cdc.rule_model import parse_rule
 
 NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("*.py"))
 LOCAL_CONF = str(REPO_ROOT / "conf" / "local.yaml")
@@ -157,3 +165,56 @@ def test_find_notebook_by_name_or_path() -> None:
     assert find_notebook(str(NOTEBOOKS_DIR / "04_data_quality.py")).name == "04_data_quality.py"
     with pytest.raises(NotebookError, match="no notebook 'nope'"):
         find_notebook("nope")
+
+
+def test_streaming_job_notebook_then_backtest_notebook_agree(spark: SparkSession, tmp_path: Path) -> None:
+    """02 runs the engine once over a landing file (one micro-batch); 05's backtest of the same rule then
+    raises exactly the engine's alerts, since one batch with nothing late is what a backtest assumes."""
+    settings = load_settings(LOCAL_CONF, lakehouse=str(tmp_path / "lakehouse"))
+    rule_json = {
+        "ruleId": 77,
+        "ruleState": "ACTIVE",
+        "groupingKeyNames": ["payerId"],
+        "aggregateFieldName": "COUNT",
+        "aggregatorFunctionType": "COUNT",
+        "limitOperatorType": "GREATER_EQUAL",
+        "limit": 3,
+        "windowMinutes": 30,
+        "cooldownMinutes": 10,
+    }
+    init_lakehouse(spark, settings)
+    put_rules(spark, settings, [parse_rule(rule_json, settings.transaction_schema)])
+    start = 1_700_006_400_000 - 60 * 60_000  # 23:00 UTC: the 300 transactions (~100 minutes) cross midnight
+    config = GeneratorConfig(seed=5, start_ms=start, events_per_second=0.05, payers=20, beneficiaries=50)
+    generator = TransactionGenerator(config)
+    records = [*itertools.islice(generator, 300), *generator.drain()]
+    sink = FileSink(settings.landing_path("transactions"), records_per_file=len(records))
+    for record in records:
+        sink.send(record)
+    sink.close()
+    common = {"conf": LOCAL_CONF, "lakehouse": settings.lakehouse_root}
+
+    streamed = run_notebook(NOTEBOOKS_DIR / "02_streaming_job.py", spark, parameters=common, output_dir=tmp_path)
+    assert streamed.widgets["once"] == "true" and streamed.widgets["source"] == "files"
+    bronze = spark.read.format("delta").load(settings.table_path("bronze_transactions"))
+    assert bronze.count() == len(records) and bronze.where("isLate").count() == 0
+    engine_alerts = (
+        spark.read.format("delta")
+        .load(settings.table_path("alerts"))
+        .select("ruleId", "transactionId", "keyValue", "aggregateValue")
+    )
+    assert engine_alerts.count() >= 5
+
+    out = tmp_path / "backtest"
+    parameters = {**common, "rule_json": json.dumps(rule_json), "output_dir": str(out)}
+    backtested = run_notebook(NOTEBOOKS_DIR / "05_backtest_rule.py", spark, parameters=parameters, output_dir=tmp_path)
+    assert (out / "backtest_77.png").read_bytes().startswith(PNG_MAGIC)
+    assert [o.kind for o in backtested.outputs] == ["table", "image", "table"]
+    assert len(backtested.outputs[0].text.splitlines()) == 1 + 2  # header + two days
+    written = spark.read.json(str(out / "backtest_77.jsonl")).select(
+        F.col("ruleId").cast("long"),
+        "transactionId",
+        "keyValue",
+        F.col("aggregateValue").cast("decimal(38,6)"),
+    )
+    assert_df_equality(written, engine_alerts, ignore_row_order=True, ignore_nullable=True)

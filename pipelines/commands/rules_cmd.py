@@ -9,6 +9,7 @@
     fraudlake rules export [--output FILE]         EXPORT_RULES_CURRENT: the live rules as a JSON array
     fraudlake rules delete-all                     DELETE_RULES_ALL: a truncate event, applied at once
     fraudlake rules upsert FILE.json | pause ID | resume ID | delete ID   publish events to the rules topic
+    fraudlake rules backtest FILE.json [--from ISO] [--to ISO] [--output PATH]   alerts a candidate would have raised
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,7 @@ from pyspark.sql import SparkSession
 
 from delta_tables.rules import RULES
 from pipelines.commands.context import settings_from, spark_from
+from pipelines.engine.backtest import alert_json_lines, backtest_per_day, backtest_rule, parse_instant_ms
 from pipelines.rules_job import start_rules_job
 from pipelines.settings import Settings
 from rules_cdc.apply_changes import apply_records, ensure_rules_tables, read_view
@@ -64,6 +67,13 @@ def register(subparsers: Any, parent: argparse.ArgumentParser) -> None:
     for name, text in (("pause", "publish a pause"), ("resume", "publish a resume"), ("delete", "publish a delete")):
         edit = actions.add_parser(name, parents=[parent], help=f"{text} of rule ID")
         edit.add_argument("rule_id", type=int)
+    backtest = actions.add_parser(
+        "backtest", parents=[parent], help="the alerts a candidate rule would have raised on bronze (writes nothing)"
+    )
+    backtest.add_argument("file", type=Path, help="a JSON rule object or an array of them (each backtested)")
+    backtest.add_argument("--from", dest="from_", help="evaluate transactions from this ISO time (UTC) on")
+    backtest.add_argument("--to", help="evaluate transactions before this ISO time (UTC)")
+    backtest.add_argument("--output", type=Path, help="also write the alerts as JSON lines to this file")
     parser.set_defaults(handler=run_rules)
 
 
@@ -103,7 +113,36 @@ def run_rules(args: argparse.Namespace) -> int:
         else:
             print(text)
         return 0
+    if action == "backtest":
+        return _backtest(args, spark, settings)
     return _edit(args, spark, settings)
+
+
+def _backtest(args: argparse.Namespace, spark: SparkSession, settings: Settings) -> int:
+    """Print each candidate's alerts per day; with ``--output``, write their alerts as JSON lines."""
+    try:
+        raw = json.loads(args.file.read_text())
+        rules = [parse_rule(item, settings.transaction_schema) for item in (raw if isinstance(raw, list) else [raw])]
+        window = {"from_ms": parse_instant_ms(args.from_), "to_ms": parse_instant_ms(args.to)}
+    except (RuleValidationError, ValueError) as error:
+        print(f"rules backtest: {error}", file=sys.stderr)
+        return 2
+    with ExitStack() as stack:
+        out = None
+        if args.output:
+            args.output.parent.mkdir(parents=True, exist_ok=True)
+            out = stack.enter_context(args.output.open("w", encoding="utf-8"))
+        for rule in rules:
+            alerts = backtest_rule(spark, settings, rule, **window).persist()
+            days = backtest_per_day(alerts).collect()  # one small row per day
+            print(f"rules backtest: rule {rule.rule_id}: {sum(d['alerts'] for d in days)} alerts")
+            print("\n".join(f"  {d['day']}  {d['alerts']:>7} alerts  {d['keys']:>7} keys" for d in days))
+            if out is not None:
+                out.writelines(f"{line}\n" for line in alert_json_lines(alerts))
+            alerts.unpersist()
+    if args.output:
+        print(f"rules backtest: alerts written to {args.output}")
+    return 0
 
 
 def _edit(args: argparse.Namespace, spark: SparkSession, settings: Settings) -> int:
