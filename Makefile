@@ -35,6 +35,10 @@ lint: setup ## ruff lint and format check
 typecheck: setup ## mypy (strict) on the packages
 	@$(BIN)/mypy
 
+.PHONY: bench
+bench: setup ## benchmarks (~20 min; BENCH_ARGS=--quick for ~3) -> docs/benchmarks.md + docs/benchmarks/*.png
+	@$(BIN)/fraudlake bench $(BENCH_ARGS)
+
 dq: setup ## data-quality suites on the lakehouse; report in <lakehouse>/_reports/dq.md, exit 1 on a failure
 	@$(BIN)/fraudlake dq
 
@@ -42,6 +46,19 @@ dq-ci: setup ## CI: the pipeline end to end on generated data (fraudlake demo), 
 	@rm -rf .work/ci-lakehouse
 	@$(BIN)/fraudlake demo --lakehouse .work/ci-lakehouse
 	@$(BIN)/fraudlake dq --lakehouse .work/ci-lakehouse
+
+.PHONY: fuzz reliability
+RELIABILITY_TESTS := tests/test_engine_recovery.py tests/test_rules_job_recovery.py tests/test_faults_concurrent.py \
+	tests/test_broker_outage.py tests/test_fuzz_parsers.py tests/test_hostile_rules.py tests/test_schema_drift.py
+
+fuzz: setup ## long hypothesis runs of the CDC and transaction parsers (FUZZ_EXAMPLES, default 5000)
+	@FRAUDLAKE_FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-5000} $(BIN)/python -m pytest tests/test_fuzz_parsers.py -q $(PYTEST_ARGS)
+
+reliability: setup ## fault, concurrency and bad-input tests (one pytest run); measured table -> docs/reliability.md
+	@mkdir -p .work && rm -f .work/reliability.jsonl
+	@FRAUDLAKE_RELIABILITY_REPORT=$(CURDIR)/.work/reliability.jsonl $(BIN)/python -m pytest $(RELIABILITY_TESTS) \
+		-q --durations=0 $(PYTEST_ARGS)
+	@$(BIN)/python scripts/reliability_report.py .work/reliability.jsonl docs/reliability.md
 
 kafka-start: setup ## start the local Kafka broker (KRaft) on 127.0.0.1
 	@$(BIN)/fraudlake kafka start

@@ -23,6 +23,7 @@ from pyspark.sql.types import (
 )
 
 from delta_tables.idempotent import Txn, append_idempotent
+from delta_tables.local_rows import local_frame
 from delta_tables.table_spec import TableSpec
 
 BATCH_LOG_SCHEMA = StructType(
@@ -47,7 +48,7 @@ BATCH_LOG = TableSpec(
 
 def log_batch(spark: SparkSession, path: str, row: dict[str, Any], *, txn: Txn | None) -> None:
     """Append the batch's row (BATCH_LOG_SCHEMA fields); with ``txn`` a replayed batch does not add a second one."""
-    source = spark.createDataFrame([row], BATCH_LOG_SCHEMA)
+    source = local_frame(spark, [row], BATCH_LOG_SCHEMA)  # literals: no Python worker for one row
     append_idempotent(source, path, txn)
 
 

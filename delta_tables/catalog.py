@@ -19,7 +19,7 @@ from delta_tables.quarantine import QUARANTINE
 from delta_tables.rule_changes import RULE_CHANGES
 from delta_tables.rule_states import RULE_STATES
 from delta_tables.rules import RULES
-from delta_tables.table_spec import TableSpec, create_table
+from delta_tables.table_spec import TableSpec, create_table, file_retention
 from pipelines.settings import Settings
 
 
@@ -40,4 +40,9 @@ def all_tables(settings: Settings) -> list[TableSpec]:
 
 def init_lakehouse(spark: SparkSession, settings: Settings) -> list[str]:
     """Create every missing table under the lakehouse root; return the names of those created."""
-    return [spec.name for spec in all_tables(settings) if create_table(spark, spec, settings.table_path(spec.name))]
+    properties = file_retention(settings.maintenance.vacuum_retention_hours)
+    return [
+        spec.name
+        for spec in all_tables(settings)
+        if create_table(spark, spec, settings.table_path(spec.name), properties=properties)
+    ]

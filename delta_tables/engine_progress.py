@@ -35,6 +35,7 @@ from pyspark.sql.types import (
 )
 
 from delta_tables.idempotent import Txn, append_idempotent
+from delta_tables.local_rows import local_frame
 from delta_tables.table_spec import TableSpec
 
 PLANNED, READY = "PLANNED", "READY"
@@ -102,7 +103,7 @@ def record_intent(spark: SparkSession, path: str, row: dict[str, Any], *, txn: T
     status) makes Delta skip a second append of it anyway.
     """
     full = {field.name: None for field in ENGINE_PROGRESS_SCHEMA.fields} | {"recordedAt": _now()} | row
-    append_idempotent(spark.createDataFrame([full], ENGINE_PROGRESS_SCHEMA), path, txn)
+    append_idempotent(local_frame(spark, [full], ENGINE_PROGRESS_SCHEMA), path, txn)
     return full
 
 

@@ -3,8 +3,9 @@
 Streaming appends and MERGEs leave many small files; OPTIMIZE rewrites them into few large ones, VACUUM deletes
 the files no version within the retention still references. Delta 4 ignores VACUUM's retention argument (unless
 0) and reads the table property ``delta.deletedFileRetentionDuration`` instead, so the configured retention is
-written to that property (once, when it differs) before vacuuming. Keep it at least as long as the longest time a
-reader (a stream, a time-travel query) may lag.
+written to that property (once, when it differs) before vacuuming; ``init_lakehouse`` already sets it at
+creation, so that the first VACUUM does not change the metadata under a running writer. Keep it at least as
+long as the longest time a reader (a stream, a time-travel query) may lag.
 
 Deleting old *buckets* (state retention) is the engine's job, not this module's: it knows each state's window.
 
@@ -25,10 +26,10 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from delta_tables.catalog import all_tables
+from delta_tables.table_spec import RETENTION_PROPERTY, retention_interval
 from pipelines.runtime_env import on_databricks
 from pipelines.settings import Settings
 
-RETENTION_PROPERTY = "delta.deletedFileRetentionDuration"
 _LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
 
 
@@ -47,10 +48,6 @@ def optimize_table(spark: SparkSession, path: str) -> tuple[int, int]:
     row = DeltaTable.forPath(spark, path).optimize().executeCompaction().first()
     metrics: dict[str, Any] = row["metrics"].asDict() if row is not None else {}
     return int(metrics.get("numFilesRemoved", 0)), int(metrics.get("numFilesAdded", 0))
-
-
-def retention_interval(hours: int) -> str:
-    return f"interval {int(hours)} hours"
 
 
 @contextmanager

@@ -8,6 +8,7 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from delta.tables import DeltaTable
@@ -19,6 +20,19 @@ COMMON_PROPERTIES: dict[str, str] = {
     "delta.autoOptimize.optimizeWrite": "true",
     "delta.autoOptimize.autoCompact": "true",
 }
+
+RETENTION_PROPERTY = "delta.deletedFileRetentionDuration"
+"""How long VACUUM keeps unreferenced files (Delta 4 reads this, not VACUUM's argument)."""
+
+
+def retention_interval(hours: int) -> str:
+    return f"interval {int(hours)} hours"
+
+
+def file_retention(hours: int) -> dict[str, str]:
+    """The retention property for ``hours``: set at creation, so the first VACUUM does not change the metadata
+    (a metadata change fails every concurrent writer's commit)."""
+    return {RETENTION_PROPERTY: retention_interval(hours)}
 
 
 @dataclass(frozen=True)
@@ -35,14 +49,18 @@ class TableSpec:
         return {**COMMON_PROPERTIES, **self.properties}
 
 
-def create_table(spark: SparkSession, spec: TableSpec, path: str) -> bool:
-    """Create the table at ``path`` unless a Delta table is there; return whether it was created."""
+def create_table(
+    spark: SparkSession, spec: TableSpec, path: str, *, properties: Mapping[str, str] | None = None
+) -> bool:
+    """Create the table at ``path`` unless a Delta table is there; return whether it was created.
+
+    ``properties`` are lakehouse-wide ones added to the spec's (e.g. ``file_retention``)."""
     if DeltaTable.isDeltaTable(spark, path):
         return False
     builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(spec.schema).comment(spec.comment)
     if spec.partition_by:
         builder = builder.partitionedBy(*spec.partition_by)
-    for key, value in spec.all_properties().items():
+    for key, value in {**spec.all_properties(), **(properties or {})}.items():
         builder = builder.property(key, value)
     builder.execute()
     return True

@@ -34,7 +34,7 @@ from delta_tables.quarantine import QUARANTINE, QUARANTINE_SCHEMA
 from delta_tables.rule_changes import RULE_CHANGES, RULE_CHANGES_SCHEMA
 from delta_tables.rules import RULES
 from delta_tables.rules_merge import commit_tag, find_commit, merge_rules, rules_frame
-from delta_tables.table_spec import create_table
+from delta_tables.table_spec import create_table, file_retention
 from pipelines.settings import Settings
 from rules_cdc.parse_events import ParsedBatch, RawRecord, Rejected, parse_records
 from rules_cdc.plan_changes import BatchPlan, TableView, Watermark, plan_batch
@@ -72,8 +72,9 @@ class ApplyResult:
 
 def ensure_rules_tables(spark: SparkSession, settings: Settings) -> None:
     """Create the rules, rule_changes and quarantine tables if missing (idempotent)."""
+    retention = file_retention(settings.maintenance.vacuum_retention_hours)
     for spec in (RULES, RULE_CHANGES, QUARANTINE):
-        create_table(spark, spec, settings.table_path(spec.name))
+        create_table(spark, spec, settings.table_path(spec.name), properties=retention)
 
 
 def apply_records(

@@ -38,7 +38,10 @@ def decode_precise(encoded: str, scale: int) -> Decimal:
     if not raw:
         raise DecimalDecodeError("empty precise decimal")
     unscaled = int.from_bytes(raw, byteorder="big", signed=True)
-    return Decimal(unscaled).scaleb(-scale)
+    try:
+        return Decimal(unscaled).scaleb(-scale)
+    except ArithmeticError:  # InvalidOperation/Overflow: a scale beyond what a Decimal can hold
+        raise DecimalDecodeError(f"precise decimal scale {scale} is out of range") from None
 
 
 def encode_precise(value: Decimal) -> tuple[str, int]:
@@ -74,7 +77,10 @@ def decode_variable_scale(value: Any) -> Decimal:
     """``{"scale": s, "value": base64}`` to a Decimal."""
     if not isinstance(value, dict) or set(value) != {"scale", "value"}:
         raise DecimalDecodeError(f"VariableScaleDecimal must be {{scale, value}}, got {value!r}")
-    return decode_precise(str(value["value"]), int(value["scale"]))
+    scale = value["scale"]
+    if not isinstance(scale, int) or isinstance(scale, bool):
+        raise DecimalDecodeError(f"VariableScaleDecimal scale must be an integer, got {scale!r}")
+    return decode_precise(str(value["value"]), scale)
 
 
 def looks_like_variable_scale(value: Any) -> bool:

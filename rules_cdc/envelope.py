@@ -164,13 +164,20 @@ def read_envelope(value: str | bytes | None) -> ChangeEnvelope | None:
     """Parse one Kafka record value; None for a Kafka tombstone (null value or the JSON ``null``)."""
     if value is None:
         return None
-    text = value.decode("utf-8", errors="strict") if isinstance(value, bytes) else value
+    try:
+        text = value.decode("utf-8", errors="strict") if isinstance(value, bytes) else value
+    except UnicodeDecodeError as error:
+        raise EnvelopeError(f"not UTF-8: {error.reason} at byte {error.start}") from None
     if not text.strip() or text.strip() == "null":
         return None
     try:
         document = json.loads(text)
     except json.JSONDecodeError as error:
         raise EnvelopeError(f"not JSON: {error.msg} at line {error.lineno} column {error.colno}") from None
+    except RecursionError:
+        raise EnvelopeError("not JSON this parser accepts: nested too deeply") from None
+    except ValueError as error:  # e.g. an integer literal longer than Python's int-from-string limit
+        raise EnvelopeError(f"not JSON this parser accepts: {error}") from None
     if document is None:
         return None
     if not isinstance(document, dict):

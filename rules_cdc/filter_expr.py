@@ -20,7 +20,7 @@ from decimal import Decimal
 from enum import StrEnum
 from typing import Annotated, Any, Union
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter, model_validator
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
@@ -77,7 +77,23 @@ class Not(_Node):
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
 
-Condition = Annotated[Union[All, AnyOf, Not, Leaf], Field(union_mode="left_to_right")]  # noqa: UP007
+def _kind(value: Any) -> str:
+    """Which node a filter object is, by its keys: errors then name that node only, not every union branch."""
+    if isinstance(value, dict):
+        return next((key for key in ("all", "any", "not") if key in value), "leaf")
+    kinds: dict[type, str] = {All: "all", AnyOf: "any", Not: "not"}
+    return kinds.get(type(value), "leaf")
+
+
+Condition = Annotated[
+    Union[  # noqa: UP007 - a runtime Union of Annotated members, which pydantic needs for the tags
+        Annotated[All, Tag("all")],
+        Annotated[AnyOf, Tag("any")],
+        Annotated[Not, Tag("not")],
+        Annotated[Leaf, Tag("leaf")],
+    ],
+    Discriminator(_kind),
+]
 All.model_rebuild()
 AnyOf.model_rebuild()
 Not.model_rebuild()
@@ -90,7 +106,10 @@ def parse_filter(raw: Any) -> All | AnyOf | Not | Leaf | None:
     if raw is None or raw == "" or raw == {}:
         return None
     if isinstance(raw, str):
-        raw = json.loads(raw)
+        try:
+            raw = json.loads(raw)
+        except RecursionError:
+            raise ValueError(f"filter nests deeper than {MAX_FILTER_DEPTH}") from None
     cond = _CONDITION.validate_python(raw)
     depth, leaves = _shape(cond)
     if depth > MAX_FILTER_DEPTH:

@@ -13,6 +13,7 @@ Example::
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -25,6 +26,8 @@ from rules_cdc.rules_table import TRUNCATE_MARKER_ID
 from rules_cdc.source_position import PositionError, position_of
 
 _ID_COLUMNS = ("rule_id", "ruleId")
+MAX_REASON_CHARS = 500
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -107,13 +110,23 @@ def parse_records(records: Iterable[RawRecord], schema: TransactionSchema) -> Pa
         try:
             event = parse_record(record, schema)
         except (EnvelopeError, RuleValidationError, PositionError) as error:
-            batch.rejected.append(Rejected(record, str(error)))
+            batch.rejected.append(Rejected(record, _reason(str(error))))
+            continue
+        except Exception as error:  # bad input must never stop the stream: quarantine it, with the error
+            log.warning("unexpected %s parsing %s", type(error).__name__, record.offset, exc_info=True)
+            batch.rejected.append(Rejected(record, _reason(f"invalid record ({type(error).__name__}: {error})")))
             continue
         if event is None:
             batch.kafka_tombstones += 1
         else:
             batch.events.append(event)
     return batch
+
+
+def _reason(text: str) -> str:
+    """One line of at most MAX_REASON_CHARS: a reason quoting a huge payload stays readable."""
+    line = " ".join(text.split())
+    return line if len(line) <= MAX_REASON_CHARS else f"{line[: MAX_REASON_CHARS - 20]}... ({len(line)} chars)"
 
 
 def parse_record(record: RawRecord, schema: TransactionSchema) -> ChangeEvent | None:

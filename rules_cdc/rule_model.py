@@ -108,9 +108,15 @@ class Rule(BaseModel):
         if value is None:
             return ()
         if isinstance(value, str):
-            value = json.loads(value) if value.strip() else []
-        if isinstance(value, list | tuple) and len(set(value)) != len(value):
-            raise ValueError("groupingKeyNames has duplicates")
+            try:
+                value = json.loads(value) if value.strip() else []
+            except RecursionError:
+                raise ValueError("groupingKeyNames is nested too deeply") from None
+        if isinstance(value, list | tuple):
+            if not all(isinstance(name, str) for name in value):
+                raise ValueError("groupingKeyNames must be a list of field names (strings)")
+            if len(set(value)) != len(value):
+                raise ValueError("groupingKeyNames has duplicates")
         return value
 
     @field_validator("aggregate_field_name", mode="before")
@@ -128,9 +134,10 @@ class Rule(BaseModel):
         try:
             number = Decimal(str(value))
         except (InvalidOperation, ValueError):
-            raise ValueError(f"limit must be a number, got {value!r}") from None
-        if not number.is_finite() or abs(number) >= _LIMIT_BOUND:
-            raise ValueError(f"limit must be a finite number below 1e30, got {value!r}")
+            raise ValueError(f"limit must be a number, got {_short(value)}") from None
+        # copy_abs, not abs(): abs() rounds to the context and overflows on an exponent like 1e999999999.
+        if not number.is_finite() or number.copy_abs() >= _LIMIT_BOUND:
+            raise ValueError(f"limit must be a finite number below 1e30, got {_short(value)}")
         return number.quantize(Decimal("0.000001"))
 
     @field_validator("filter", mode="before")
@@ -198,6 +205,12 @@ class Rule(BaseModel):
             "cooldownMinutes": self.cooldown_minutes,
             "disabled": self.disabled,
         }
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    """``repr`` of a rejected value, cut so that a huge payload does not become a huge reason."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} chars)"
 
 
 class RuleValidationError(ValueError):

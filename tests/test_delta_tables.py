@@ -39,6 +39,11 @@ def test_init_creates_every_table_once(spark: SparkSession, settings: Settings) 
     } == versions
     rules = DeltaTable.forPath(spark, settings.table_path("rules")).detail().first()
     assert rules["properties"]["delta.enableChangeDataFeed"] == "true"
+    # VACUUM's retention is set at creation: the first `fraudlake maintain` must not change a table's metadata
+    # under a running writer (that fails the writer's commit with MetadataChangedException).
+    for name in names:
+        detail = DeltaTable.forPath(spark, settings.table_path(name)).detail().first()
+        assert detail["properties"]["delta.deletedFileRetentionDuration"] == "interval 168 hours", name
     bronze = DeltaTable.forPath(spark, settings.table_path("bronze_transactions")).detail().first()
     assert bronze["partitionColumns"] == ["eventDate"]
     schema = spark.read.format("delta").load(settings.table_path("bronze_transactions")).schema

@@ -7,6 +7,7 @@ from typing import Any
 
 from pipelines.commands import (
     alerts_cmd,
+    bench_cmd,
     demo_cmd,
     dq_cmd,
     generate_cmd,
@@ -24,6 +25,7 @@ Register = Callable[[Any, Any], None]
 
 COMMANDS: list[Register] = [
     alerts_cmd.register,
+    bench_cmd.register,
     demo_cmd.register,
     dq_cmd.register,
     generate_cmd.register,

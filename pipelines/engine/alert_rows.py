@@ -2,6 +2,8 @@
 
 ``alertId`` is ``<ruleId>:<transactionId>``: deterministic, so a replayed batch produces the same ids (and the
 Delta append is skipped as already committed; Kafka consumers can deduplicate on it: that sink is at-least-once).
+The JSON carries ``ingestedAt`` (the transaction's Kafka record timestamp or file time) and ``detectedAt``, so a
+consumer (``fraudlake alerts tail``) can measure ingestion-to-alert latency against the alert's own record time.
 
 Example::
 
@@ -31,6 +33,7 @@ EXPORT_FIELDS = (
     "limit",
     "windowMinutes",
     "eventTime",
+    "ingestedAt",
     "detectedAt",
     "latencyMs",
     "rulesVersion",

@@ -40,6 +40,13 @@ from pipelines.engine.buckets import LEVEL_SIZES, tag_rows, tiles
 from pipelines.engine.cooldown import apply_cooldown, last_alert_times
 from pipelines.engine.evaluate import evaluate, rules_frame, running_in_bucket
 from pipelines.engine.faults import crash_point
+from pipelines.engine.latency import (
+    ALERT_PREFIX,
+    EVALUATED_PREFIX,
+    format_latency,
+    ingestion_percentiles,
+    latency_metrics,
+)
 from pipelines.engine.lookback import range_aggregates
 from pipelines.engine.maintenance import EnginePaths, maintain_states, record_intent_for
 from pipelines.engine.parse_transactions import bronze_rows, flag_duplicates, parse_raw, quarantine_rows
@@ -119,6 +126,9 @@ class BatchHandler:
         self.last_counts: dict[str, int] = {}
         self._cache = RulesCache(self.paths.rules, self.paths.rule_states, settings.transaction_schema)
         self._previous: dict[str, Any] | None = None  # ledger row of the last batch this handler completed
+        self.last_latency: dict[str, float] = {}  # latency metrics of the last batch (pipelines.engine.latency)
+        self._alerts_ingest_ms: list[int] | None = None  # ingestion quantiles of this batch's alerts
+        self._alerts_committed_ms: float | None = None  # wall clock (epoch ms) when its alerts append committed
 
     @property
     def app_id(self) -> str:
@@ -206,7 +216,7 @@ class BatchHandler:
                     "finishedAt": _utcnow(),
                     "durationMs": round(steps.total_seconds * 1000, 1),
                     "counts": counts,
-                    "metrics": steps.ms,
+                    "metrics": {**steps.ms, **self.last_latency},
                 },
                 txn=txn.part("batch-log"),
             )
@@ -217,6 +227,7 @@ class BatchHandler:
                 f"batch {batch_id}: {counts['rows']} rows ({counts['late']} late, {counts['quarantined']} quarantined),"
                 f" {counts['alerts']} alerts, {steps.total_seconds:.1f} s, rules v{progress['rulesVersion']}"
                 f" ({counts['activeRules']} active / {counts['rules']} live, {counts['states']} states)"
+                + (f", {format_latency(self.last_latency)}" if self.last_latency else "")
             )
             return counts
         finally:
@@ -233,6 +244,7 @@ class BatchHandler:
             F.count(F.when(F.col("isLate"), 1)).alias("late"),
             F.min(F.when(valid, F.col("eventTimeMs"))).alias("minMs"),
             F.max(F.when(valid, F.col("eventTimeMs"))).alias("maxMs"),
+            ingestion_percentiles(F.when(valid & ~F.col("isLate"), F.col("ingestedAt"))).alias("ingestMs"),
         ).first()
         assert row is not None
         return row.asDict()
@@ -254,6 +266,7 @@ class BatchHandler:
         valid = parsed.where(F.col("reason").isNull())
         quarantined = stats["rows"] - stats["valid"]
         alerts = 0
+        self._alerts_ingest_ms = self._alerts_committed_ms = None
         # Appends carry their own txn options, so they run beside the evaluation and the MERGEs (which use the
         # session's txn confs one at a time, on this thread).
         with _Background() as background:
@@ -270,6 +283,12 @@ class BatchHandler:
                     spark, valid, progress, states, txn, stats["minMs"], cached, steps, background
                 )
         steps.done("writes")
+        # Latency at the alerts' commit (or, without alerts, at the end of the batch's writes): latency.py
+        committed_ms = self._alerts_committed_ms or time.time() * 1000
+        self.last_latency = {
+            **latency_metrics(ALERT_PREFIX, commit_ms=committed_ms, ingestion_ms=self._alerts_ingest_ms),
+            **latency_metrics(EVALUATED_PREFIX, commit_ms=committed_ms, ingestion_ms=stats["ingestMs"]),
+        }
         if m_after is not None and retention_due(batch_id, engine.retention_every_batches):
             trim_states(
                 spark,
@@ -300,6 +319,7 @@ class BatchHandler:
     def _publish_alerts(self, rows: DataFrame, txn: Txn) -> None:
         """The alerts append (idempotent), then the Kafka copy when configured (at-least-once)."""
         append_idempotent(rows, self.paths.alerts, txn.part("alerts"))
+        self._alerts_committed_ms = time.time() * 1000
         if self.alerts_to_kafka:
             write_alerts_to_kafka(rows, self.settings)
 
@@ -331,7 +351,8 @@ class BatchHandler:
                 .load(self.paths.bucket_state)
                 .where(F.col("stateId").isin(*active_ids))
             )
-            in_time = tagged.where(~F.col("isLate") & F.col("stateId").isin(*active_ids))
+            active_rows = tagged.where(F.col("stateId").isin(*active_ids))
+            in_time = active_rows.where(~F.col("isLate"))
             points = (
                 in_time.select("stateId", "keyValue", "bucket")
                 .distinct()
@@ -340,7 +361,9 @@ class BatchHandler:
             ranges = range_aggregates(
                 points, prior, batch_tiles.where(F.col("stateId").isin(*active_ids)), bucket_ms=bucket_ms
             )
-            emitted = evaluate(running_in_bucket(in_time), ranges, rules).persist()
+            # Late rows are not evaluated but count for the rows after them, also within their bucket.
+            running = running_in_bucket(active_rows).where(~F.col("isLate"))
+            emitted = evaluate(running, ranges, rules).persist()
             cached.append(emitted)
             if any(r.rule.cooldown_minutes for s in states for r in s.active_rules):
                 memory = (
@@ -350,7 +373,8 @@ class BatchHandler:
                 )
                 emitted = apply_cooldown(emitted, memory).persist()
                 cached.append(emitted)
-            alerts = emitted.count()
+            counted = emitted.agg(F.count(F.lit(1)), ingestion_percentiles(F.col("ingestedAt"))).first()
+            alerts, self._alerts_ingest_ms = (counted[0], counted[1]) if counted else (0, None)
             steps.done("evaluate")
             if alerts:
                 rows = alert_rows(

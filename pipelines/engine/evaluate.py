@@ -31,6 +31,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from delta_tables.local_rows import local_frame
 from delta_tables.transaction_types import AGGREGATE_TYPE
 from pipelines.engine.lookback import POINT_KEYS
 from pipelines.engine.states import StateSpec
@@ -79,7 +80,7 @@ def rules_frame(spark: SparkSession, states: Sequence[StateSpec], *, bucket_seco
         for state in states
         for live in state.active_rules
     ]
-    return spark.createDataFrame(rows, RULES_FRAME_SCHEMA)
+    return local_frame(spark, rows, RULES_FRAME_SCHEMA)  # literals, not a Python RDD: no Python worker
 
 
 def running_in_bucket(tagged: DataFrame) -> DataFrame:

@@ -26,6 +26,7 @@ from delta_tables.alert_cooldown import forget_rules
 from delta_tables.bucket_state import append_tiles, delete_states
 from delta_tables.engine_progress import PLANNED, READY, record_intent
 from delta_tables.idempotent import Txn, table_version
+from delta_tables.local_rows import local_frame
 from delta_tables.rule_states import RULE_STATES_SCHEMA, replace_registry
 from pipelines.engine.backfill import backfill_tiles
 from pipelines.engine.retention import state_horizons
@@ -163,7 +164,7 @@ def maintain_states(
             )
             for s in states
         ]
-        replace_registry(spark.createDataFrame(rows, RULE_STATES_SCHEMA), paths.rule_states, txn=txn.part("registry"))
+        replace_registry(local_frame(spark, rows, RULE_STATES_SCHEMA), paths.rule_states, txn=txn.part("registry"))
     ready = progress | {
         "status": READY,
         "stateVersion": table_version(spark, paths.bucket_state),

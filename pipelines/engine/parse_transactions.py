@@ -55,7 +55,13 @@ def _event_time(value: Column) -> Column:
 def _typed(field: TransactionField, value: Column) -> Column:
     if field.name == "eventTime":
         return _event_time(value)
-    return F.try_variant_get(value, "$", spark_type(field.type).simpleString())
+    typed = F.try_variant_get(value, "$", spark_type(field.type).simpleString())
+    if field.type == "string":
+        # A variant array or object casts to its JSON text: ["t1"] would pass as the string '["t1"]'. Not a string.
+        nested = F.try_variant_get(value, "$", "array<variant>").isNotNull()
+        nested |= F.try_variant_get(value, "$", "map<string,variant>").isNotNull()
+        return F.when(~nested, typed)
+    return typed
 
 
 def parse_raw(raw: DataFrame, schema: TransactionSchema) -> DataFrame:

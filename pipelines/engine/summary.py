@@ -1,10 +1,13 @@
 """What the engine has done, for people: rules, transactions, alerts per rule, latency; and the alerts export.
 
 Everything here reads aggregates (counts, percentiles) or the alerts themselves, never transactions.
+``batch_log`` is the metrics table: one row per micro-batch with its counts, step timings and latency
+percentiles (``metrics.latencyP50Ms`` ...; see ``pipelines.engine.latency``), which ``batch_latencies`` reads.
 
 Example::
 
     print(format_summary(engine_summary(spark, settings)))
+    print(format_batch_latencies(batch_latencies(spark, settings, last=20)))
     export_alerts(spark, settings, "alerts.jsonl")
 """
 
@@ -20,6 +23,7 @@ from pyspark.sql import functions as F
 
 from delta_tables.idempotent import table_version
 from pipelines.engine.alert_rows import alert_json
+from pipelines.engine.latency import ALERT_PREFIX, EVALUATED_PREFIX, format_triple, latency_triple
 from pipelines.engine.states import read_live_rules
 from pipelines.settings import Settings
 
@@ -94,6 +98,68 @@ def format_summary(summary: EngineSummary) -> str:
     if summary.batch_seconds:
         sec = summary.batch_seconds
         lines.append(f"micro-batch time: p50 {sec['p50']:.1f} s, p95 {sec['p95']:.1f} s, max {sec['max']:.1f} s")
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class BatchLatency:
+    """One engine micro-batch of ``batch_log``: counts and ingestion-to-alert latency percentiles (ms)."""
+
+    job: str
+    batch_id: int
+    finished_at: Any
+    rules_version: int | None
+    rows: int
+    alerts: int
+    duration_ms: float | None
+    alert_latency: tuple[float, float, float] | None  # p50, p95, p99 over the batch's alerts
+    evaluated_latency: tuple[float, float, float] | None  # p50, p95, p99 over its in-time valid transactions
+
+
+def batch_latencies(spark: SparkSession, settings: Settings, *, last: int | None = 20) -> list[BatchLatency]:
+    """The engine's batches from ``batch_log`` (the ``last`` most recent, oldest first; None: all)."""
+    path = settings.table_path("batch_log")
+    if not DeltaTable.isDeltaTable(spark, path):
+        return []
+    frame = spark.read.format("delta").load(path).where(F.col("job").startswith("engine-"))
+    frame = frame.orderBy(F.col("finishedAt").desc(), F.col("batchId").desc())
+    rows = (frame.limit(last) if last is not None else frame).collect()
+    batches = []
+    for row in reversed(rows):
+        metrics, counts = row["metrics"] or {}, row["counts"] or {}
+        batches.append(
+            BatchLatency(
+                job=row["job"],
+                batch_id=row["batchId"],
+                finished_at=row["finishedAt"],
+                rules_version=row["rulesVersion"],
+                rows=int(counts.get("rows", 0)),
+                alerts=int(counts.get("alerts", 0)),
+                duration_ms=row["durationMs"],
+                alert_latency=latency_triple(metrics, ALERT_PREFIX),
+                evaluated_latency=latency_triple(metrics, EVALUATED_PREFIX),
+            )
+        )
+    return batches
+
+
+def format_batch_latencies(batches: list[BatchLatency]) -> str:
+    """A table of per-batch latency percentiles, one line per micro-batch."""
+    if not batches:
+        return "no engine micro-batches in batch_log yet"
+    lines = [
+        f"{'batch':>6}  {'finished (UTC)':<19}  {'rules':>5}  {'rows':>7}  {'alerts':>6}  {'time':>6}"
+        f"  {'alert p50/p95/p99':>22}  {'evaluated p50/p95/p99':>22}"
+    ]
+    for b in batches:
+        finished = b.finished_at.strftime("%Y-%m-%d %H:%M:%S") if b.finished_at else "-"
+        took = "-" if b.duration_ms is None else f"{b.duration_ms / 1000:.1f} s"
+        lines.append(
+            f"{b.batch_id:>6}  {finished:<19}  {'v' + str(b.rules_version):>5}  {b.rows:>7}  {b.alerts:>6}  {took:>6}"
+            f"  {format_triple(b.alert_latency):>22}  {format_triple(b.evaluated_latency):>22}"
+        )
+    jobs = sorted({b.job for b in batches})
+    lines.append(f"(from batch_log; job{'s' if len(jobs) > 1 else ''} {', '.join(jobs)})")
     return "\n".join(lines)
 
 

@@ -1,0 +1,379 @@
+"""What ``make bench`` measures, on one Spark session and one machine, and the report it writes.
+
+Every comparison runs in the same process on the same input. Scenarios (full / ``--quick`` sizes in ``Plan``):
+
+* **throughput** — ``--once`` over a prepared backlog: rules 1/20/100, keys 1k/10k/100k, batch sizes;
+* **windows** — 1 h / 1 day / 7 days on the same prior state (history prefilled as tiles over 8 days);
+* **sharing** — 20 rules in 1 shared state vs 20 states;
+* **baselines + state** — the same bucket-aligned input through the engine, the per-event baseline (alerts must
+  be equal) and Spark's sliding windows: throughput, state rows/bytes, alert delay, at 10 and 20 tx/key/min;
+* **latency** — continuous at a fixed input rate: ingestion-to-alert p50/p95/p99;
+* **driver memory** — the driver's used heap (after a GC) as the state grows.
+
+Example::
+
+    results = run_all(spark, base_settings, Plan.quick(), work=Path(".work/bench"))
+    write_report(build_report(results), Path("docs/benchmarks.md"), chart_dir=Path("docs/benchmarks"))
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from delta_tables.bucket_state import append_tiles
+from pipelines.bench.engine_runs import (
+    BacklogResult,
+    LatencyResult,
+    driver_heap_mb,
+    lakehouse_for,
+    run_backlog,
+    run_continuous,
+    table_size,
+)
+from pipelines.bench.per_event import PerEventHandler
+from pipelines.bench.sliding_window import SlidingWindowResult, run_sliding_window
+from pipelines.bench.workload import START_MS, Workload, rule_set, transactions, write_batches
+from pipelines.engine.buckets import tiles
+from pipelines.engine.sources import read_files
+from pipelines.engine.states import LiveRule, states_of
+from pipelines.settings import Settings
+
+DAY_MINUTES = 1440
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Sizes of every scenario; ``Plan()`` is the full bench (sized for ~20 min on 2 idle cores), ``Plan.quick()``
+    for ~3 (on a loaded machine both take several times longer: every batch has a fixed cost of Spark jobs)."""
+
+    name: str = "full"
+    batch_rows: int = 20_000
+    batches: int = 3  # per backlog run; the first is warm-up
+    rules: tuple[int, ...] = (1, 20, 100)
+    keys: tuple[int, ...] = (1_000, 10_000, 100_000)
+    base_keys: int = 10_000
+    batch_sizes: tuple[int, ...] = (2_000, 20_000, 50_000)
+    windows: tuple[int, ...] = (60, DAY_MINUTES, 7 * DAY_MINUTES)
+    history_days: int = 8
+    history_keys: int = 1_000
+    history_every_minutes: int = 30
+    baseline_keys: int = 1_000
+    baseline_minutes: int = 6
+    baseline_rates: tuple[int, ...] = (10, 20)  # tx per key per minute
+    latency_rate: float = 2_000.0
+    latency_seconds: float = 90.0
+
+    @classmethod
+    def quick(cls) -> Plan:
+        """Few, small runs: each scenario once at its smallest meaningful size."""
+        return cls(
+            name="quick",
+            batch_rows=2_000,
+            batches=2,
+            rules=(1, 20),
+            keys=(10_000,),
+            batch_sizes=(2_000,),
+            windows=(60, 7 * DAY_MINUTES),
+            history_days=8,
+            history_keys=200,
+            history_every_minutes=60,
+            baseline_keys=200,
+            baseline_minutes=3,
+            baseline_rates=(10,),
+            latency_rate=500.0,
+            latency_seconds=30.0,
+        )
+
+
+@dataclass
+class Results:
+    """Everything a bench run measured (``merge`` joins runs of different scenarios with the same plan)."""
+
+    plan: Plan
+    machine: dict[str, str] = field(default_factory=dict)
+    throughput: dict[str, BacklogResult] = field(default_factory=dict)  # "rules=20 keys=10000 batch=20000"
+    windows: dict[int, BacklogResult] = field(default_factory=dict)
+    sharing: dict[int, BacklogResult] = field(default_factory=dict)  # states -> result
+    baselines: list[dict[str, Any]] = field(default_factory=list)
+    latency: LatencyResult | None = None
+    heap: list[tuple[str, int, float]] = field(default_factory=list)  # (after, state rows, heap MB)
+    seconds: float = 0.0
+
+
+def merge(parts: list[Results]) -> Results:
+    """One Results from runs of different scenarios (e.g. two ``--only`` runs side by side)."""
+    merged = Results(plan=parts[0].plan, machine=dict(parts[0].machine))
+    for index, part in enumerate(parts):
+        merged.throughput.update(part.throughput)
+        merged.windows.update(part.windows)
+        merged.sharing.update(part.sharing)
+        merged.baselines.extend(part.baselines)
+        merged.latency = part.latency or merged.latency
+        # Heaps of different processes are not comparable: keep which process each figure is from.
+        merged.heap.extend((f"run {index + 1}: {label}", rows, mb) for label, rows, mb in part.heap)
+        merged.seconds = max(merged.seconds, part.seconds)
+        if "after" in part.machine:
+            merged.machine["after"] = part.machine["after"]
+    if len(parts) > 1:
+        merged.machine["runs"] = f"{len(parts)} bench processes side by side (`--only`), each with its own session"
+    return merged
+
+
+def machine_info() -> dict[str, str]:
+    load = os.getloadavg()
+    return {
+        "cpus": str(os.cpu_count()),
+        "load": f"{load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1 / 5 / 15 min)",
+        "uptime": _uptime(),
+    }
+
+
+def _uptime() -> str:
+    try:
+        import subprocess
+
+        return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
+    except OSError:
+        return "-"
+
+
+def _say(line: str) -> None:
+    print(f"bench: {line}", file=sys.stderr, flush=True)
+
+
+class Runner:
+    """Runs the scenarios of a plan under ``work`` (a scratch folder, emptied first)."""
+
+    def __init__(self, spark: SparkSession, base: Settings, plan: Plan, work: Path, say: Callable[[str], None]) -> None:
+        self.spark, self.base, self.plan, self.work, self.say = spark, base, plan, work, say
+        self.results = Results(plan=plan, machine=machine_info())
+        self._n = 0
+
+    def _folder(self, label: str) -> Path:
+        self._n += 1
+        # No "=" or spaces in paths: Spark's file sources read "k=v" folders as partitions.
+        folder = self.work / f"{self._n:02d}-{label.replace('=', '').replace(' ', '_').replace('/', '_')}"
+        shutil.rmtree(folder, ignore_errors=True)
+        return folder
+
+    def _heap(self, after: str, state_rows: int) -> None:
+        jvm: Any = self.spark.sparkContext._jvm
+        jvm.java.lang.System.gc()
+        self.results.heap.append((after, state_rows, round(driver_heap_mb(self.spark), 1)))
+
+    def backlog(
+        self,
+        label: str,
+        *,
+        rules: int,
+        keys: int,
+        window: int = 60,
+        states: int | None = None,
+        batch_rows: int | None = None,
+        history: bool = False,
+    ) -> BacklogResult:
+        plan = self.plan
+        rows = batch_rows or plan.batch_rows
+        folder = self._folder(label)
+        rule_list = rule_set(rules, window_minutes=window, states=states or max(1, rules // 5))
+        settings = lakehouse_for(self.base, str(folder / "lakehouse"), rule_list, spark=self.spark)
+        workload = Workload(count=rows * plan.batches, keys=keys, rate_per_second=max(50.0, keys / 6))
+        write_batches(transactions(workload), folder / "landing", batch_size=rows)
+        if history:
+            self._prefill(settings, rule_list, folder)
+        started = time.monotonic()
+        result = run_backlog(self.spark, settings, folder / "landing")
+        self.say(
+            f"{label}: {result.rows} rows in {result.batches} batches, {result.sustained_tps:,.0f} tx/s sustained,"
+            f" batches {', '.join(f'{s:.1f}' for s in result.batch_seconds)} s ({time.monotonic() - started:.0f} s)"
+        )
+        self._heap(label, result.state_rows)
+        shutil.rmtree(folder / "landing", ignore_errors=True)
+        return result
+
+    def _prefill(self, settings: Settings, rules: list[Any], folder: Path) -> None:
+        """History before START_MS (whole days, so no tile overlaps the run's): tiles appended to the state, and
+        the registry written by a first tiny engine run so that the engine does not backfill over it."""
+        plan = self.plan
+        seed = folder / "seed"
+        write_batches(
+            transactions(Workload(count=1, keys=1, rate_per_second=1.0, start_ms=START_MS - 1)), seed, batch_size=1
+        )
+        # The first batch registers the states (nothing to backfill: bronze is empty).
+        run_backlog(self.spark, settings, seed, checkpoint=str(folder / "seed-checkpoint"))
+        first = START_MS // 60_000 - plan.history_days * DAY_MINUTES
+        per_key = plan.history_days * DAY_MINUTES // plan.history_every_minutes
+        states = [s.state_id for s in states_of([LiveRule(r, None) for r in rules])]
+        tagged = (
+            self.spark.range(plan.history_keys)
+            .crossJoin(self.spark.range(per_key).withColumnRenamed("id", "j"))
+            .crossJoin(self.spark.createDataFrame([(s,) for s in states], "stateId string"))
+            .select(
+                "stateId",
+                F.concat(F.lit("["), (F.col("id") + 1_000_000).cast("string"), F.lit("]")).alias("keyValue"),
+                (F.lit(first) + F.col("j") * plan.history_every_minutes).alias("bucket"),
+                F.lit(Decimal("12.50")).cast("decimal(38,6)").alias("value"),
+            )
+        )
+        append_tiles(tiles(tagged, bucket_ms=60_000), settings.table_path("bucket_state"), batch_id=0, txn=None)
+        shutil.rmtree(seed, ignore_errors=True)
+
+    def run_throughput(self) -> None:
+        plan = self.plan
+        for rules in plan.rules:
+            label = f"rules={rules} keys={plan.base_keys} batch={plan.batch_rows}"
+            self.results.throughput[label] = self.backlog(label, rules=rules, keys=plan.base_keys)
+        for keys in plan.keys:
+            label = f"rules=20 keys={keys} batch={plan.batch_rows}"
+            if label not in self.results.throughput:
+                self.results.throughput[label] = self.backlog(label, rules=20, keys=keys)
+        for size in plan.batch_sizes:
+            label = f"rules=20 keys={plan.base_keys} batch={size}"
+            if label not in self.results.throughput:
+                self.results.throughput[label] = self.backlog(label, rules=20, keys=plan.base_keys, batch_rows=size)
+
+    def run_windows(self) -> None:
+        for window in self.plan.windows:
+            self.results.windows[window] = self.backlog(
+                f"window={window}m", rules=20, keys=self.plan.history_keys, window=window, history=True
+            )
+
+    def run_sharing(self) -> None:
+        for states in (1, 20):
+            self.results.sharing[states] = self.backlog(
+                f"sharing states={states}", rules=20, keys=self.plan.base_keys, states=states
+            )
+
+    def run_baselines(self) -> None:
+        plan = self.plan
+        for per_minute in plan.baseline_rates:
+            keys = plan.baseline_keys
+            rate = keys * per_minute / 60
+            count = int(rate * 60 * plan.baseline_minutes)
+            batch_rows = max(1, count // plan.batches)
+            folder = self._folder(f"baselines-{per_minute}")
+            landing = folder / "landing"
+            workload = Workload(count=count, keys=keys, rate_per_second=rate, aligned=True)
+            write_batches(transactions(workload), landing, batch_size=batch_rows)
+            rule_list = rule_set(4, window_minutes=60, states=1)  # SUM, COUNT, AVG, MAX over one state
+            settings = lakehouse_for(self.base, str(folder / "lakehouse"), rule_list, spark=self.spark)
+            ours = run_backlog(self.spark, settings, landing)
+            per_event = PerEventHandler(settings, rule_list, root=str(folder / "per-event"))
+            started = time.monotonic()
+            query = (
+                read_files(self.spark, str(landing), max_files_per_trigger=1)
+                .writeStream.foreachBatch(per_event)
+                .option("checkpointLocation", str(folder / "per-event-ckpt"))
+                .trigger(availableNow=True)
+                .start()
+            )
+            query.awaitTermination()
+            per_event_wall = time.monotonic() - started
+            events_rows, events_bytes = table_size(self.spark, per_event.events_path)
+            ours_alerts = self.spark.read.format("delta").load(settings.table_path("alerts"))
+            theirs = per_event.alerts(self.spark)
+            columns = ["ruleId", "transactionId", "keyValue", "aggregateValue"]
+            mismatched = ours_alerts.select(*columns).exceptAll(theirs.select(*columns)).count()
+            mismatched += theirs.select(*columns).exceptAll(ours_alerts.select(*columns)).count()
+            sliding = run_sliding_window(
+                self.spark,
+                landing,
+                window_minutes=60,
+                limit=Decimal(20_000),
+                lateness_seconds=self.base.engine.allowed_lateness_seconds,
+                checkpoint=str(folder / "sliding-ckpt"),
+            )
+            steady = per_event.batch_seconds[1:] or per_event.batch_seconds
+            steady_rows = sum(per_event.batch_rows[1:]) or sum(per_event.batch_rows)
+            self.results.baselines.append(
+                {
+                    "perKeyPerMinute": per_minute,
+                    "keys": keys,
+                    "rows": count,
+                    "minutes": plan.baseline_minutes,
+                    "ours": ours,
+                    "perEventTps": steady_rows / sum(steady) if steady else float("nan"),
+                    "perEventBatchSeconds": per_event.batch_seconds,
+                    "perEventWall": per_event_wall,
+                    "perEventRows": events_rows,
+                    "perEventBytes": events_bytes,
+                    "perEventAlerts": theirs.count(),
+                    "alertsMismatched": mismatched,
+                    "sliding": sliding,
+                }
+            )
+            self.say(
+                f"baselines {per_minute}/key/min: ours {ours.sustained_tps:,.0f} tx/s, {ours.state_rows} rows;"
+                f" per-event {steady_rows / sum(steady) if steady else 0:,.0f} tx/s, {events_rows} rows;"
+                f" sliding {sliding.state_rows} rows; alerts mismatched {mismatched}"
+            )
+            self._heap(f"baselines {per_minute}/key/min", ours.state_rows)
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def run_latency(self) -> None:
+        plan = self.plan
+        folder = self._folder("latency")
+        rule_list = rule_set(20, window_minutes=60, states=4)
+        settings = lakehouse_for(self.base, str(folder / "lakehouse"), rule_list, spark=self.spark)
+        workload = Workload(
+            count=int(plan.latency_rate * plan.latency_seconds * 2),
+            keys=plan.base_keys,
+            rate_per_second=plan.latency_rate,
+        )
+        result = run_continuous(self.spark, settings, folder / "landing", workload, seconds=plan.latency_seconds)
+        self.results.latency = result
+        self.say(
+            f"latency at {plan.latency_rate:,.0f} tx/s: p50 {result.p50:.1f} s, p95 {result.p95:.1f} s,"
+            f" p99 {result.p99:.1f} s over {result.rows} rows in {result.batches} batches"
+        )
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+SCENARIOS = ("throughput", "windows", "sharing", "baselines", "latency")
+
+
+def run_all(
+    spark: SparkSession,
+    base: Settings,
+    plan: Plan,
+    *,
+    work: Path,
+    only: tuple[str, ...] = SCENARIOS,
+    say: Callable[[str], None] = _say,
+    save: Callable[[Results], None] | None = None,
+) -> Results:
+    """Run the chosen scenarios in a fixed order; return everything measured (``save`` gets it after each)."""
+    started = time.monotonic()
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    base = base.model_copy(update={"engine": replace_engine(base)})
+    runner = Runner(spark, base, plan, work, say)
+    for name in SCENARIOS:
+        if name in only:
+            getattr(runner, f"run_{name}")()
+            runner.results.seconds = time.monotonic() - started
+            runner.results.machine["after"] = machine_info()["load"]
+            if save:
+                save(runner.results)
+    runner.results.seconds = time.monotonic() - started
+    runner.results.machine = {**runner.results.machine, "after": machine_info()["load"]}
+    return runner.results
+
+
+def replace_engine(base: Settings) -> Any:
+    """The engine settings of the bench: retention off (no run reaches 20 batches anyway), no Kafka copy."""
+    return base.engine.model_copy(update={"alerts_to_kafka": False, "retention_every_batches": 1_000_000})
+
+
+__all__ = ["SCENARIOS", "Plan", "Results", "SlidingWindowResult", "replace", "run_all"]

@@ -1,0 +1,136 @@
+"""Synthetic, seeded benchmark input: transactions over a fixed set of keys, and rule sets of a given shape.
+
+Pure Python, no Spark. Transactions arrive at a fixed event-time rate, each to a key drawn uniformly from
+``keys`` payers; ``aligned=True`` puts every event time on a bucket start (a multiple of ``bucket_ms``), where a
+bucketed lookback and an exact per-event one agree, so the baselines can be compared alert for alert.
+
+Rules: ``rule_set(n, window_minutes=W, states=S)`` gives ``n`` rules in ``S`` shared states (same grouping key and
+aggregate field, ``S`` distinct filters), cycling SUM, COUNT, AVG, MAX, MIN with limits that a small share of
+transactions meets.
+
+Example::
+
+    rows = transactions(Workload(count=10_000, keys=1_000, rate_per_second=200.0, start_ms=START_MS))
+    write_batches(rows, Path("/tmp/landing"), batch_size=2_000)     # 5 JSON-lines files
+    rules = rule_set(20, window_minutes=60, states=4)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rules_cdc.rule_model import Rule
+
+START_MS = 1_767_225_600_000
+"""2026-01-01T00:00:00Z: where benchmark event time starts (a day boundary, so tiles align)."""
+PAYER_BASE = 1_000_000
+AGGREGATORS = ("SUM", "COUNT", "AVG", "MAX", "MIN")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """``count`` transactions from ``start_ms`` on, ``rate_per_second`` of event time, over ``keys`` payers."""
+
+    count: int
+    keys: int
+    rate_per_second: float
+    start_ms: int = START_MS
+    seed: int = 7
+    aligned: bool = False
+    bucket_ms: int = 60_000
+    first_id: int = 0
+
+    @property
+    def span_ms(self) -> int:
+        return int(self.count / self.rate_per_second * 1000)
+
+    @property
+    def per_key_per_minute(self) -> float:
+        return self.rate_per_second * 60 / self.keys
+
+
+def transactions(workload: Workload) -> Iterator[dict[str, Any]]:
+    """The workload's transactions in event-time order (JSON-ready dicts; amounts as strings with 2 places)."""
+    rng = random.Random(workload.seed)
+    step_ms = 1000.0 / workload.rate_per_second
+    for i in range(workload.count):
+        at = workload.start_ms + int(i * step_ms)
+        if workload.aligned:
+            at -= at % workload.bucket_ms
+        cents = int(rng.lognormvariate(8.5, 1.0))  # median ~ 49.00
+        yield {
+            "transactionId": f"t{workload.first_id + i:010d}",
+            "eventTime": at,
+            "payerId": PAYER_BASE + rng.randrange(workload.keys),
+            "beneficiaryId": 5_000_000 + rng.randrange(1000),
+            "paymentAmount": f"{cents // 100}.{cents % 100:02d}",
+            "paymentType": rng.choice(("CRD", "CRD", "TRF", "CSH")),
+            "channel": "WEB",
+            "country": "NL",
+            "currency": "EUR",
+        }
+
+
+def _line(record: dict[str, Any]) -> str:
+    # paymentAmount as a JSON number with its exact digits (the engine reads it as decimal(18,2)).
+    text = json.dumps({**record, "paymentAmount": "@@"}, separators=(",", ":"))
+    return text.replace('"@@"', str(record["paymentAmount"]))
+
+
+def write_batches(records: Iterator[dict[str, Any]], folder: Path, *, batch_size: int, prefix: str = "b") -> int:
+    """Write JSON-lines files of ``batch_size`` records (atomically: temp name, then rename); return files written.
+
+    File names sort in write order, so a files source with ``maxFilesPerTrigger=1`` reads one file per batch.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    files, lines = 0, []
+    for record in records:
+        lines.append(_line(record))
+        if len(lines) == batch_size:
+            _write(folder, f"{prefix}{files:06d}.jsonl", lines)
+            files, lines = files + 1, []
+    if lines:
+        _write(folder, f"{prefix}{files:06d}.jsonl", lines)
+        files += 1
+    return files
+
+
+def _write(folder: Path, name: str, lines: Sequence[str]) -> None:
+    temp = folder / f".{name}.tmp"
+    temp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    os.replace(temp, folder / name)
+
+
+def rule_set(count: int, *, window_minutes: int, states: int, first_id: int = 1) -> list[Rule]:
+    """``count`` ACTIVE rules per payer over ``window_minutes``, sharing ``states`` states (distinct filters).
+
+    State ``s`` = filter ``paymentAmount >= s/100`` (``s = 0``: no filter): nearly every transaction passes all,
+    so each state holds about the same tiles and the only difference between them is bookkeeping.
+    """
+    if not 1 <= states <= count:
+        raise ValueError("states must be between 1 and the number of rules")
+    rules = []
+    for i in range(count):
+        state = i % states
+        aggregator = AGGREGATORS[(i // states) % len(AGGREGATORS)]
+        limit = {"SUM": 20_000, "COUNT": 40, "AVG": 5_000, "MAX": 30_000, "MIN": 0.5}[aggregator]
+        operator = "LESS" if aggregator == "MIN" else "GREATER"
+        data: dict[str, Any] = {
+            "ruleId": first_id + i,
+            "groupingKeyNames": ["payerId"],
+            "aggregateFieldName": "paymentAmount",
+            "aggregatorFunctionType": aggregator,
+            "limitOperatorType": operator,
+            "limit": limit,
+            "windowMinutes": window_minutes,
+        }
+        if state:
+            data["filter"] = {"field": "paymentAmount", "op": "GREATER_EQUAL", "value": state / 100}
+        rules.append(Rule.model_validate(data))
+    return rules

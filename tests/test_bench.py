@@ -1,0 +1,133 @@
+"""The benchmark's pieces: the per-event baseline agrees with the engine; the report writer renders its tables."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from pathlib import Path
+
+from engine_fixtures import make_rule, put_rules, raw_frame
+from pyspark.sql import SparkSession
+
+from delta_tables.catalog import init_lakehouse
+from pipelines.bench.engine_runs import BacklogResult, LatencyResult
+from pipelines.bench.per_event import PerEventHandler
+from pipelines.bench.report import Chart, Report, Table, write_report
+from pipelines.bench.scenarios import Plan, Results
+from pipelines.bench.sliding_window import SlidingWindowResult
+from pipelines.bench.summary import build_report
+from pipelines.bench.workload import Workload, transactions
+from pipelines.engine.batch_handler import BatchHandler
+from pipelines.settings import Settings
+
+MINUTE = 60_000
+
+
+def _batches() -> list[list[dict[str, object]]]:
+    """Three batches over three payers, every event time on a minute start (bucket-aligned), ties included."""
+    records = list(transactions(Workload(count=36, keys=3, rate_per_second=0.2, aligned=True, seed=3)))
+    for i, record in enumerate(records):
+        record["paymentAmount"] = str(Decimal(10 + (i * 37) % 90))
+    return [records[0:12], records[12:24], records[24:36]]
+
+
+def test_per_event_baseline_alerts_equal_the_engine_on_bucket_aligned_data(
+    spark: SparkSession, settings: Settings, tmp_path: Path
+) -> None:
+    init_lakehouse(spark, settings)
+    rules = [
+        make_rule(1, limit=150, windowMinutes=3),
+        make_rule(2, aggregatorFunctionType="COUNT", limit=2, windowMinutes=4),
+        make_rule(3, aggregatorFunctionType="AVG", limit=50, windowMinutes=2),
+        make_rule(
+            4,
+            aggregatorFunctionType="MAX",
+            limit=80,
+            windowMinutes=5,
+            filter={"field": "paymentType", "op": "EQUAL", "value": "CRD"},
+        ),
+        make_rule(5, aggregatorFunctionType="MIN", limitOperatorType="LESS", limit=30, windowMinutes=3),
+    ]
+    put_rules(spark, settings, rules)
+    engine = BatchHandler(settings, app_id="engine-bench-test", report=lambda _: None)
+    per_event = PerEventHandler(settings, rules, root=str(tmp_path / "per-event"))
+    for batch_id, records in enumerate(_batches()):
+        engine(raw_frame(spark, records, name=f"b{batch_id}"), batch_id)
+        per_event(raw_frame(spark, records, name=f"b{batch_id}"), batch_id)
+    columns = ["ruleId", "transactionId", "keyValue", "aggregateValue"]
+    ours = {tuple(r) for r in spark.read.format("delta").load(settings.table_path("alerts")).select(*columns).collect()}
+    theirs = {tuple(r) for r in per_event.alerts(spark).select(*columns).collect()}
+    assert ours, "the data must raise some alerts"
+    assert {r[0] for r in ours} >= {1, 2, 3}
+    assert ours == theirs
+    assert sum(per_event.batch_rows) == 36 + sum(1 for b in _batches() for r in b if r["paymentType"] == "CRD")
+
+
+def _backlog(tps: float, evaluate_ms: float, state_rows: int) -> BacklogResult:
+    return BacklogResult(
+        rows=4000,
+        batches=4,
+        wall_seconds=10.0,
+        sustained_tps=tps,
+        batch_seconds=[3.0, 2.0, 2.0, 2.0],
+        steps={"intent": 500.0, "evaluate": evaluate_ms, "state": 700.0},
+        alerts=12,
+        state_rows=state_rows,
+        state_bytes=state_rows * 40,
+    )
+
+
+def test_report_has_a_table_per_scenario_the_targets_and_charts(tmp_path: Path) -> None:
+    plan = Plan.quick()
+    results = Results(plan=plan, machine={"cpus": "2", "load": "1.0 / 1.0 / 1.0", "uptime": "up"})
+    results.throughput = {
+        f"rules={r} keys={plan.base_keys} batch={plan.batch_rows}": _backlog(2000.0 / r, 900.0, 1000) for r in (1, 20)
+    }
+    results.windows = {60: _backlog(1500.0, 1000.0, 5000), 10080: _backlog(1400.0, 1200.0, 5000)}
+    results.sharing = {1: _backlog(1500.0, 900.0, 1000), 20: _backlog(900.0, 2000.0, 20000)}
+    results.baselines = [
+        {
+            "perKeyPerMinute": 10,
+            "keys": 200,
+            "rows": 8000,
+            "minutes": 4,
+            "ours": _backlog(1500.0, 900.0, 1000),
+            "perEventTps": 300.0,
+            "perEventRows": 8000,
+            "perEventBytes": 800_000,
+            "perEventAlerts": 12,
+            "alertsMismatched": 0,
+            "sliding": SlidingWindowResult(3, 2, 360.0, 420.0, 12_000, 3_000_000, 20.0, 8000),
+        }
+    ]
+    results.latency = LatencyResult(2000.0, 60.0, 100_000, 20, 1.5, 3.0, 4.0, 2.5, [300.0, 310.0])
+    results.heap = [("a", 1000, 300.0), ("b", 20000, 320.0)]
+    written = write_report(
+        build_report(results, profile=["a profile note"]), tmp_path / "b.md", chart_dir=tmp_path / "c"
+    )
+    text = (tmp_path / "b.md").read_text()
+    for heading in (
+        "## Targets",
+        "by rules",
+        "by window",
+        "20 rules",
+        "throughput, alerts, alert delay, state",
+        "latency",
+        "driver heap",
+        "a profile note",
+    ):
+        assert heading in text
+    assert "1.20x" in text  # 7 days vs 1 hour evaluation, in the targets
+    assert "20.0x smaller in bytes" in text and "**met**" in text
+    assert "p50 1.5 s, p99 4.0 s" in text
+    pngs = [p for p in written if p.suffix == ".png"]
+    assert pngs and all(p.stat().st_size > 1000 for p in pngs)
+    assert "](c/windows.png)" in text
+
+
+def test_table_markdown_and_bar_chart(tmp_path: Path) -> None:
+    table = Table("t", ["a", "b"], [["x|y", "1"]], note="n")
+    assert table.markdown().splitlines()[2:5] == ["| a | b |", "|---|---:|", "| x\\|y | 1 |"]
+    report = Report("r")
+    report.section("s").charts.append(Chart("bars", "t", "x", "y", {"one": [(0.0, 1.0)]}, kind="bar", xticks=["a"]))
+    write_report(report, tmp_path / "r.md", chart_dir=tmp_path / "charts")
+    assert (tmp_path / "charts" / "bars.png").exists()
