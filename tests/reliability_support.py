@@ -15,7 +15,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import time
+from collections.abc import Mapping, Sequence
+
+from pipelines.settings import REPO_ROOT
 
 REPORT_ENV = "FRAUDLAKE_RELIABILITY_REPORT"
 
@@ -51,3 +56,35 @@ def record_outcome(
     }
     with open(path, "a", encoding="utf-8") as out:
         out.write(json.dumps(row) + "\n")
+
+
+def run_in_own_group(command: Sequence[str], env: Mapping[str, str], *, timeout: float = 600) -> tuple[int, str]:
+    """Run ``command`` from the repository root in a process group of its own (a fault test SIGKILLs it);
+    return its exit code and output once it and the rest of its group (its Spark JVM) are gone."""
+    process = subprocess.Popen(
+        list(command),
+        cwd=REPO_ROOT,
+        env=dict(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        output, _ = process.communicate(timeout=timeout)
+    finally:
+        _reap_group(process.pid)
+    return process.returncode, output
+
+
+def _reap_group(pgid: int) -> None:
+    """Wait for the rest of the subprocess's own group to exit; kill it after 60 s."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        if time.monotonic() > deadline:
+            os.killpg(pgid, signal.SIGKILL)
+        time.sleep(0.5)

@@ -21,13 +21,13 @@ from typing import Any
 import pytest
 from engine_fixtures import make_rule, put_rules, table_rows
 from pyspark.sql import SparkSession
-from reliability_support import record_outcome
+from reliability_support import record_outcome, run_in_own_group
 
 from delta_tables.catalog import init_lakehouse
 from pipelines.engine.faults import FAULT_ENV
 from pipelines.engine.job import EngineRun, run_engine
 from pipelines.generator import FraudRates, GeneratorConfig, generate, to_json
-from pipelines.settings import LAKEHOUSE_ENV, REPO_ROOT, Settings
+from pipelines.settings import LAKEHOUSE_ENV, Settings
 
 FILES, PER_FILE = 2, 200
 VOLATILE = {
@@ -74,33 +74,8 @@ def _run_cli(root: Path, landing: Path, fault: str) -> subprocess.CompletedProce
     env = {**os.environ, LAKEHOUSE_ENV: str(root), "PYSPARK_PYTHON": sys.executable, FAULT_ENV: fault}
     command = [sys.executable, "-m", "pipelines.cli", "run", "--once", "--input", str(landing)]
     command += ["--max-files-per-trigger", "1"]
-    process = subprocess.Popen(
-        command,
-        cwd=REPO_ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        output, _ = process.communicate(timeout=600)
-    finally:
-        _reap_group(process.pid)
-    return subprocess.CompletedProcess(command, process.returncode, output, "")
-
-
-def _reap_group(pgid: int) -> None:
-    """Wait for the rest of the subprocess's own group (its Spark JVM) to exit; kill it after 60 s."""
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return
-        if time.monotonic() > deadline:
-            os.killpg(pgid, signal.SIGKILL)
-        time.sleep(0.5)
+    returncode, output = run_in_own_group(command, env)
+    return subprocess.CompletedProcess(command, returncode, output, "")
 
 
 RUN = EngineRun(source="files", once=True, max_files_per_trigger=1)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import textwrap
 import time
@@ -20,11 +19,11 @@ from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
-from reliability_support import record_outcome
+from reliability_support import record_outcome, run_in_own_group
 from rules_cdc_support import rule_event
 
 from pipelines.rules_job import start_rules_job
-from pipelines.settings import LAKEHOUSE_ENV, REPO_ROOT, Settings, load_settings
+from pipelines.settings import LAKEHOUSE_ENV, Settings, load_settings
 
 SCHEMA = load_settings().transaction_schema
 T = 1_700_000_000_000
@@ -122,20 +121,8 @@ def test_a_killed_rules_job_restarts_to_the_uninterrupted_result(
     crashed = base_settings.with_lakehouse(str(tmp_path / "crashed"))
     _land(crashed)
     env = {**os.environ, LAKEHOUSE_ENV: crashed.lakehouse_root, "PYSPARK_PYTHON": sys.executable}
-    process = subprocess.Popen(
-        [sys.executable, "-c", HARNESS, point],
-        cwd=REPO_ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        output, _ = process.communicate(timeout=600)
-    finally:
-        _reap_group(process.pid)
-    assert process.returncode == -signal.SIGKILL, output[-3000:]
+    returncode, output = run_in_own_group([sys.executable, "-c", HARNESS, point], env)
+    assert returncode == -signal.SIGKILL, output[-3000:]
     assert f"fault injection: SIGKILL after the rules job's {point}" in output
 
     _run_job(spark, crashed)  # restarted from the checkpoint: the batch is replayed
@@ -153,16 +140,3 @@ def test_a_killed_rules_job_restarts_to_the_uninterrupted_result(
         outcome=f"rules ({len(got['rules'])}), change log ({len(changes)} rows), quarantine = uninterrupted run",
         seconds=time.monotonic() - started,
     )
-
-
-def _reap_group(pgid: int) -> None:
-    """Wait for the rest of the subprocess's own group (its Spark JVM) to exit; kill it after 60 s."""
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return
-        if time.monotonic() > deadline:
-            os.killpg(pgid, signal.SIGKILL)
-        time.sleep(0.5)
