@@ -33,14 +33,14 @@ from collections.abc import Iterator
 
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import LongType, StringType, StructField, StructType
+from pyspark.sql.types import StructType
 
+from delta_tables.alert_cooldown import ALERT_COOLDOWN_SCHEMA
 from delta_tables.bronze_transactions import bronze_spec
 from delta_tables.bucket_state import BUCKET_STATE_SCHEMA, TILE_COLUMNS
 from pipelines.engine.buckets import tag_rows, tiles
 from pipelines.engine.cooldown import apply_cooldown
-from pipelines.engine.evaluate import evaluate, reach_buckets, rules_frame, running_in_bucket
-from pipelines.engine.lookback import range_aggregates
+from pipelines.engine.evaluate import candidate_alerts, reach_buckets, rules_frame, running_in_bucket
 from pipelines.engine.states import LiveRule, states_of
 from pipelines.settings import Settings
 from rules_cdc.rule_model import Rule, RuleState
@@ -49,13 +49,6 @@ BACKTEST_COLUMNS = ("ruleId", "transactionId", "keyValue", "eventTime", "aggrega
 """The columns of ``backtest_rule``'s result: one row per alert the candidate would have raised."""
 PER_DAY_COLUMNS = ("day", "alerts", "keys")
 _TILES_SCHEMA = StructType([f for f in BUCKET_STATE_SCHEMA.fields if f.name in TILE_COLUMNS])
-_MEMORY_SCHEMA = StructType(
-    [
-        StructField("ruleId", LongType(), False),
-        StructField("keyValue", StringType(), False),
-        StructField("lastAlertTimeMs", LongType(), False),
-    ]
-)
 _KEEP = ("transactionId", "eventTime")
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
@@ -117,13 +110,10 @@ def backtest_rule(
     if from_ms is not None:
         running = running.where(F.col("eventTimeMs") >= from_ms)
     rules = rules_frame(spark, states, bucket_seconds=bucket_seconds)
-    reaches = F.broadcast(rules.select("stateId", "reach"))
-    points = running.select("stateId", "keyValue", "bucket").distinct().join(reaches, "stateId")
     no_prior = spark.createDataFrame([], _TILES_SCHEMA)
-    ranges = range_aggregates(points, no_prior, tiles(tagged, bucket_ms=bucket_ms), bucket_ms=bucket_ms)
-    alerts = evaluate(running, ranges, rules)
+    alerts = candidate_alerts(running, rules, no_prior, tiles(tagged, bucket_ms=bucket_ms), bucket_ms=bucket_ms)
     if candidate.cooldown_minutes:
-        alerts = apply_cooldown(alerts, spark.createDataFrame([], _MEMORY_SCHEMA))
+        alerts = apply_cooldown(alerts, spark.createDataFrame([], ALERT_COOLDOWN_SCHEMA))
     return alerts.select(*BACKTEST_COLUMNS)
 
 

@@ -38,7 +38,7 @@ from delta_tables.idempotent import Txn, append_idempotent
 from pipelines.engine.alert_rows import alert_rows, write_alerts_to_kafka
 from pipelines.engine.buckets import LEVEL_SIZES, tag_rows, tiles
 from pipelines.engine.cooldown import apply_cooldown, last_alert_times
-from pipelines.engine.evaluate import evaluate, rules_frame, running_in_bucket
+from pipelines.engine.evaluate import candidate_alerts, rules_frame, running_in_bucket
 from pipelines.engine.faults import crash_point
 from pipelines.engine.latency import (
     ALERT_PREFIX,
@@ -47,7 +47,6 @@ from pipelines.engine.latency import (
     ingestion_percentiles,
     latency_metrics,
 )
-from pipelines.engine.lookback import range_aggregates
 from pipelines.engine.maintenance import EnginePaths, maintain_states, record_intent_for
 from pipelines.engine.parse_transactions import bronze_rows, flag_duplicates, parse_raw, quarantine_rows
 from pipelines.engine.retention import cooldown_horizon_ms, retention_due, state_horizons
@@ -352,18 +351,10 @@ class BatchHandler:
                 .where(F.col("stateId").isin(*active_ids))
             )
             active_rows = tagged.where(F.col("stateId").isin(*active_ids))
-            in_time = active_rows.where(~F.col("isLate"))
-            points = (
-                in_time.select("stateId", "keyValue", "bucket")
-                .distinct()
-                .join(F.broadcast(rules.select("stateId", "reach").distinct()), "stateId")
-            )
-            ranges = range_aggregates(
-                points, prior, batch_tiles.where(F.col("stateId").isin(*active_ids)), bucket_ms=bucket_ms
-            )
             # Late rows are not evaluated but count for the rows after them, also within their bucket.
             running = running_in_bucket(active_rows).where(~F.col("isLate"))
-            emitted = evaluate(running, ranges, rules).persist()
+            active_tiles = batch_tiles.where(F.col("stateId").isin(*active_ids))
+            emitted = candidate_alerts(running, rules, prior, active_tiles, bucket_ms=bucket_ms).persist()
             cached.append(emitted)
             if any(r.rule.cooldown_minutes for s in states for r in s.active_rules):
                 memory = (

@@ -33,7 +33,7 @@ from pyspark.sql.types import (
 
 from delta_tables.local_rows import local_frame
 from delta_tables.transaction_types import AGGREGATE_TYPE
-from pipelines.engine.lookback import POINT_KEYS
+from pipelines.engine.lookback import POINT_KEYS, range_aggregates
 from pipelines.engine.states import StateSpec
 from rules_cdc.rule_model import LimitOperator
 
@@ -151,3 +151,14 @@ def evaluate(running: DataFrame, ranges: DataFrame, rules: DataFrame) -> DataFra
     joined = per_rule.join(ranges, list(POINT_KEYS), "left")
     valued = aggregate_values(joined)
     return valued.where(_holds(F.col("aggregateValue"), F.col("limit"), F.col("acceptedSigns")))
+
+
+def candidate_alerts(
+    running: DataFrame, rules: DataFrame, prior_tiles: DataFrame, batch_tiles: DataFrame, *, bucket_ms: int
+) -> DataFrame:
+    """``evaluate`` over the lookbacks of ``running``'s (state, key, bucket) points: the engine's and the backtest's
+    one evaluation chain. ``running``: rows to evaluate with their running columns (``running_in_bucket``)."""
+    reaches = F.broadcast(rules.select("stateId", "reach").distinct())
+    points = running.select("stateId", "keyValue", "bucket").distinct().join(reaches, "stateId")
+    ranges = range_aggregates(points, prior_tiles, batch_tiles, bucket_ms=bucket_ms)
+    return evaluate(running, ranges, rules)
