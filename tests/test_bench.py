@@ -14,6 +14,7 @@ from pipelines.bench.per_event import PerEventHandler
 from pipelines.bench.report import Chart, Report, Table, write_report
 from pipelines.bench.scenarios import Plan, Results
 from pipelines.bench.sliding_window import SlidingWindowResult
+from pipelines.bench.state_size import StateSize, engine_state_matches, steady_state_sizes
 from pipelines.bench.summary import build_report
 from pipelines.bench.workload import Workload, transactions
 from pipelines.engine.batch_handler import BatchHandler
@@ -59,6 +60,8 @@ def test_per_event_baseline_alerts_equal_the_engine_on_bucket_aligned_data(
     assert ours, "the data must raise some alerts"
     assert {r[0] for r in ours} >= {1, 2, 3}
     assert ours == theirs
+    # The state the engine built batch by batch is tiles() of every event: what state_size builds in one go.
+    assert engine_state_matches(spark, settings.table_path("bucket_state"), per_event.events_path) == 0
     assert sum(per_event.batch_rows) == 36 + sum(1 for b in _batches() for r in b if r["paymentType"] == "CRD")
 
 
@@ -96,9 +99,11 @@ def test_report_has_a_table_per_scenario_the_targets_and_charts(tmp_path: Path) 
             "perEventBytes": 800_000,
             "perEventAlerts": 12,
             "alertsMismatched": 0,
+            "stateMismatched": 0,
             "sliding": SlidingWindowResult(3, 2, 360.0, 420.0, 12_000, 3_000_000, 20.0, 8000),
         }
     ]
+    results.state_sizes = [StateSize(100, 10, 60, 60_000, 6_300, 100_000, 60_000, 2_000_000)]
     results.latency = LatencyResult(2000.0, 60.0, 100_000, 20, 1.5, 3.0, 4.0, 2.5, [300.0, 310.0])
     results.heap = [("a", 1000, 300.0), ("b", 20000, 320.0)]
     written = write_report(
@@ -111,17 +116,28 @@ def test_report_has_a_table_per_scenario_the_targets_and_charts(tmp_path: Path) 
         "by window",
         "20 rules",
         "throughput, alerts, alert delay, state",
+        "bucket tiles vs per-event rows",
         "latency",
         "driver heap",
         "a profile note",
     ):
         assert heading in text
     assert "1.20x" in text  # 7 days vs 1 hour evaluation, in the targets
-    assert "20.0x smaller in bytes" in text and "**met**" in text
+    assert "20.0x smaller in bytes (10 tx/key/min, 1 h), 9.5x in rows" in text and "**met**" in text
     assert "p50 1.5 s, p99 4.0 s" in text
     pngs = [p for p in written if p.suffix == ".png"]
     assert pngs and all(p.stat().st_size > 1000 for p in pngs)
     assert "](c/windows.png)" in text
+
+
+def test_steady_state_sizes_count_every_event_and_one_tile_per_minute_hour_and_day(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    result = steady_state_sizes(spark, keys=2, per_minute=3, window_minutes=5, folder=tmp_path / "s")
+    assert result.transactions == result.per_event_rows == 2 * 3 * 5  # one state, no filter: every transaction
+    assert result.engine_rows == 2 * (5 + 1 + 1)  # per key: 5 minute tiles, 1 hour tile, 1 day tile
+    assert result.engine_bytes > 0 and result.per_event_bytes > 0
+    assert not (tmp_path / "s").exists()
 
 
 def test_table_markdown_and_bar_chart(tmp_path: Path) -> None:

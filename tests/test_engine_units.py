@@ -27,6 +27,9 @@ def test_key_encoding_is_the_same_in_spark_and_python(spark: SparkSession) -> No
     assert got == [(encode_key(list(row)), "[]", encode_key([row[1]])) for row in rows]
     assert encode_key([1001, 2002]) == "[1001,2002]" and encode_key([None, "x"]) == '[null,"x"]'
     assert json.loads(got[1][0]) == [None, 'q"uo\\te/é', False]
+    types = {f.name: f.dataType for f in frame.schema.fields}  # the typed (cast) path writes the same text
+    typed = frame.select(key_column(["a", "b", "c"], types).alias("k"), key_column(["b"], types).alias("s"))
+    assert [(r["k"], r["s"]) for r in typed.collect()] == [(k, s) for k, _, s in got]
 
 
 def test_parse_types_fields_keeps_extras_and_gives_reasons(spark: SparkSession, settings: Settings) -> None:

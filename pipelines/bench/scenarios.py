@@ -7,6 +7,7 @@ Every comparison runs in the same process on the same input. Scenarios (full / `
 * **sharing** — 20 rules in 1 shared state vs 20 states;
 * **baselines + state** — the same bucket-aligned input through the engine, the per-event baseline (alerts must
   be equal) and Spark's sliding windows: throughput, state rows/bytes, alert delay, at 10 and 20 tx/key/min;
+* **state** — state size at steady state (a full window of input): bucket tiles vs per-event rows, by rate and window;
 * **latency** — continuous at a fixed input rate: ingestion-to-alert p50/p95/p99;
 * **driver memory** — the driver's used heap (after a GC) as the state grows.
 
@@ -43,6 +44,7 @@ from pipelines.bench.engine_runs import (
 )
 from pipelines.bench.per_event import PerEventHandler
 from pipelines.bench.sliding_window import SlidingWindowResult, run_sliding_window
+from pipelines.bench.state_size import StateSize, engine_state_matches, steady_state_sizes
 from pipelines.bench.workload import START_MS, Workload, rule_set, transactions, write_batches
 from pipelines.engine.buckets import tiles
 from pipelines.engine.sources import read_files
@@ -71,6 +73,9 @@ class Plan:
     baseline_keys: int = 1_000
     baseline_minutes: int = 6
     baseline_rates: tuple[int, ...] = (10, 20)  # tx per key per minute
+    state_keys: int = 100
+    state_rates: tuple[int, ...] = (10, 20)  # tx per key per minute, a full window of them
+    state_windows: tuple[int, ...] = (60, DAY_MINUTES)
     latency_rate: float = 2_000.0
     latency_seconds: float = 90.0
 
@@ -91,6 +96,7 @@ class Plan:
             baseline_keys=200,
             baseline_minutes=3,
             baseline_rates=(10,),
+            state_keys=50,
             latency_rate=500.0,
             latency_seconds=30.0,
         )
@@ -106,6 +112,7 @@ class Results:
     windows: dict[int, BacklogResult] = field(default_factory=dict)
     sharing: dict[int, BacklogResult] = field(default_factory=dict)  # states -> result
     baselines: list[dict[str, Any]] = field(default_factory=list)
+    state_sizes: list[StateSize] = field(default_factory=list)
     latency: LatencyResult | None = None
     heap: list[tuple[str, int, float]] = field(default_factory=list)  # (after, state rows, heap MB)
     seconds: float = 0.0
@@ -119,6 +126,7 @@ def merge(parts: list[Results]) -> Results:
         merged.windows.update(part.windows)
         merged.sharing.update(part.sharing)
         merged.baselines.extend(part.baselines)
+        merged.state_sizes.extend(part.state_sizes)
         merged.latency = part.latency or merged.latency
         # Heaps of different processes are not comparable: keep which process each figure is from.
         merged.heap.extend((f"run {index + 1}: {label}", rows, mb) for label, rows, mb in part.heap)
@@ -281,6 +289,9 @@ class Runner:
             query.awaitTermination()
             per_event_wall = time.monotonic() - started
             events_rows, events_bytes = table_size(self.spark, per_event.events_path)
+            state_mismatched = engine_state_matches(
+                self.spark, settings.table_path("bucket_state"), per_event.events_path
+            )
             ours_alerts = self.spark.read.format("delta").load(settings.table_path("alerts"))
             theirs = per_event.alerts(self.spark)
             columns = ["ruleId", "transactionId", "keyValue", "aggregateValue"]
@@ -310,16 +321,36 @@ class Runner:
                     "perEventBytes": events_bytes,
                     "perEventAlerts": theirs.count(),
                     "alertsMismatched": mismatched,
+                    "stateMismatched": state_mismatched,
                     "sliding": sliding,
                 }
             )
             self.say(
                 f"baselines {per_minute}/key/min: ours {ours.sustained_tps:,.0f} tx/s, {ours.state_rows} rows;"
                 f" per-event {steady_rows / sum(steady) if steady else 0:,.0f} tx/s, {events_rows} rows;"
-                f" sliding {sliding.state_rows} rows; alerts mismatched {mismatched}"
+                f" sliding {sliding.state_rows} rows; alerts mismatched {mismatched}, state rows mismatched"
+                f" {state_mismatched}"
             )
             self._heap(f"baselines {per_minute}/key/min", ours.state_rows)
             shutil.rmtree(folder, ignore_errors=True)
+
+    def run_state(self) -> None:
+        plan = self.plan
+        for window in plan.state_windows:
+            for per_minute in plan.state_rates:
+                result = steady_state_sizes(
+                    self.spark,
+                    keys=plan.state_keys,
+                    per_minute=per_minute,
+                    window_minutes=window,
+                    folder=self._folder(f"state-{window}-{per_minute}"),
+                )
+                self.results.state_sizes.append(result)
+                self.say(
+                    f"state at {per_minute}/key/min over {window} min: engine {result.engine_rows} rows"
+                    f" {result.engine_bytes} B, per-event {result.per_event_rows} rows {result.per_event_bytes} B"
+                    f" ({result.bytes_ratio:.1f}x bytes, {result.rows_ratio:.1f}x rows)"
+                )
 
     def run_latency(self) -> None:
         plan = self.plan
@@ -340,7 +371,7 @@ class Runner:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-SCENARIOS = ("throughput", "windows", "sharing", "baselines", "latency")
+SCENARIOS = ("throughput", "windows", "sharing", "baselines", "state", "latency")
 
 
 def run_all(

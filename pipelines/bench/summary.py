@@ -108,6 +108,7 @@ def build_report(results: Results, *, profile: Sequence[str] = ()) -> Report:
     _windows(report, results)
     _sharing(report, results)
     _baselines(report, results)
+    _state_sizes(report, results)
     _latency(report, results)
     _memory(report, results)
     if profile:
@@ -150,19 +151,22 @@ def _targets(results: Results) -> list[Target]:
         targets.append(Target("7-day vs 1-hour windows (evaluation)", "≤ 1.5x", f"{r:.2f}x ({measured})", r <= 1.5))
     else:
         targets.append(Target("7-day vs 1-hour windows (evaluation)", "≤ 1.5x", "-", None))
-    dense = [b for b in results.baselines if b["perKeyPerMinute"] >= 10]
+    dense = [r for r in results.state_sizes if r.per_minute >= 10]
     if dense:
-        b = dense[0]
-        r = b["perEventBytes"] / max(1, b["ours"].state_bytes)
-        rows = b["perEventRows"] / max(1, b["ours"].state_rows)
+        worst = min(dense, key=lambda r: r.bytes_ratio)
+        rows_worst = min(dense, key=lambda r: r.rows_ratio)
         targets.append(
             Target(
-                f"bucket state vs per-event state at {b['perKeyPerMinute']} tx/key/min",
+                "bucket state vs per-event state at ≥ 10 tx/key/min (a full window)",
                 "≥ 10x smaller",
-                f"{r:.1f}x smaller in bytes, {rows:.1f}x in rows",
-                r >= 10,
+                f"{worst.bytes_ratio:.1f}x smaller in bytes ({worst.per_minute} tx/key/min,"
+                f" {_window_label(worst.window_minutes)}), {rows_worst.rows_ratio:.1f}x in rows at worst;"
+                f" best {max(r.bytes_ratio for r in dense):.1f}x in bytes",
+                worst.bytes_ratio >= 10,
             )
         )
+    else:
+        targets.append(Target("bucket state vs per-event state at ≥ 10 tx/key/min", "≥ 10x smaller", "-", None))
     heaps = [h for _, _, h in results.heap]
     by_run: dict[str, list[tuple[int, float]]] = {}
     for label, state_rows, mb in results.heap:
@@ -352,7 +356,7 @@ def _baselines(report: Report, results: Results) -> None:
                 fmt(ours.sustained_tps),
                 fmt(ours.alerts),
                 "0 s",
-                fmt(ours.state_rows),
+                fmt(ours.state_rows) + (f" (mismatched: {b['stateMismatched']})" if "stateMismatched" in b else ""),
                 fmt_bytes(ours.state_bytes),
                 "1.0x",
             ]
@@ -409,6 +413,68 @@ def _baselines(report: Report, results: Results) -> None:
             log_y=True,
         )
     )
+
+
+def _state_sizes(report: Report, results: Results) -> None:
+    if not results.state_sizes:
+        return
+    section = report.section("State size at steady state (a full window of input)")
+    section.text.append(
+        f"{results.plan.state_keys:,} keys, each with N transactions in every minute of the window (bucket-aligned),"
+        " 4 rules over one state. Both states are built from the same input in one Spark job each, as the two designs"
+        " hold them once the whole window has streamed in: the engine's tiles (minute, hour and day levels) and the"
+        " per-event baseline's events (one row per transaction and state). Each is written the same way: one Delta"
+        " table, one file sorted by key and time. The baselines scenario above checks, on a real engine run, that"
+        " the state the engine builds batch by batch equals the tiles built this way (the engine row's *state rows*"
+        " cell: mismatched rows)."
+        " `pipelines/bench/state_size.py`."
+    )
+    rows = [
+        [
+            _window_label(r.window_minutes),
+            f"{r.per_minute} tx/key/min",
+            fmt(r.transactions),
+            fmt(r.engine_rows),
+            fmt_bytes(r.engine_bytes),
+            fmt(r.per_event_rows),
+            fmt_bytes(r.per_event_bytes),
+            f"{r.rows_ratio:.1f}x",
+            f"{r.bytes_ratio:.1f}x",
+        ]
+        for r in results.state_sizes
+    ]
+    section.tables.append(
+        Table(
+            "bucket tiles vs per-event rows",
+            [
+                "window",
+                "rate",
+                "transactions",
+                "engine rows",
+                "engine size",
+                "per-event rows",
+                "per-event size",
+                "rows: per-event / engine",
+                "bytes: per-event / engine",
+            ],
+            rows,
+        )
+    )
+    for window in sorted({r.window_minutes for r in results.state_sizes}):
+        chosen = [r for r in results.state_sizes if r.window_minutes == window]
+        section.charts.append(
+            Chart(
+                f"state_steady_{window}m",
+                f"state size at steady state, {_window_label(window)} window",
+                "tx per key per minute",
+                "bytes",
+                {
+                    "engine (bucket tiles)": [(float(r.per_minute), float(r.engine_bytes)) for r in chosen],
+                    "per-event": [(float(r.per_minute), float(r.per_event_bytes)) for r in chosen],
+                },
+                log_y=True,
+            )
+        )
 
 
 def _latency(report: Report, results: Results) -> None:

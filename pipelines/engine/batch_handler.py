@@ -36,9 +36,9 @@ from delta_tables.bucket_state import merge_tiles, trim_states
 from delta_tables.engine_progress import PLANNED, previous_progress, read_progress, trim_progress
 from delta_tables.idempotent import Txn, append_idempotent
 from pipelines.engine.alert_rows import alert_rows, write_alerts_to_kafka
-from pipelines.engine.buckets import LEVEL_SIZES, tag_rows, tiles
+from pipelines.engine.buckets import lowest_tile_starts, reachable_tiles, tag_rows, tiles
 from pipelines.engine.cooldown import apply_cooldown, last_alert_times
-from pipelines.engine.evaluate import candidate_alerts, rules_frame, running_in_bucket
+from pipelines.engine.evaluate import candidate_alerts, reach_buckets, rules_frame, running_in_bucket
 from pipelines.engine.faults import crash_point
 from pipelines.engine.latency import (
     ALERT_PREFIX,
@@ -344,11 +344,16 @@ class BatchHandler:
         alerts = 0
         if active_ids:
             rules = rules_frame(spark, states, bucket_seconds=engine.bucket_seconds)
+            reach = max(
+                reach_buckets(r.rule.window_minutes, engine.bucket_seconds) for s in states for r in s.active_rules
+            )
             prior = (
                 spark.read.format("delta")
                 .option("versionAsOf", progress["stateVersion"])
                 .load(self.paths.bucket_state)
                 .where(F.col("stateId").isin(*active_ids))
+                # Only tiles a lookback of this batch can reach (file skipping; less to join).
+                .where(reachable_tiles((min_event_ms // bucket_ms - reach) * bucket_ms, bucket_ms=bucket_ms))
             )
             active_rows = tagged.where(F.col("stateId").isin(*active_ids))
             # Late rows are not evaluated but count for the rows after them, also within their bucket.
@@ -382,14 +387,12 @@ class BatchHandler:
                 )
                 crash_point("cooldown", batch_id)
                 steps.done("alerts")
-        lowest_bucket = min_event_ms // bucket_ms
-        lowest = {lvl: lowest_bucket // size * size * bucket_ms for lvl, size in enumerate(LEVEL_SIZES)}
         merge_tiles(
             spark,
             self.paths.bucket_state,
             batch_tiles,
             state_ids=[s.state_id for s in states],
-            lowest_starts=lowest,
+            lowest_starts=lowest_tile_starts(min_event_ms, bucket_ms=bucket_ms),
             batch_id=batch_id,
             txn=txn.part("state"),
         )

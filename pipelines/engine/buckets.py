@@ -14,10 +14,12 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Mapping, Sequence
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import DataType
 
 from delta_tables.bucket_state import TILE_COLUMNS
 from delta_tables.transaction_types import AGGREGATE_TYPE
@@ -46,7 +48,7 @@ def bucket_index(event_time_ms: Column, bucket_ms: int) -> Column:
     return floor_div(event_time_ms, bucket_ms)
 
 
-def _state_entry(state: StateSpec) -> Column:
+def _state_entry(state: StateSpec, types: Mapping[str, DataType]) -> Column:
     value = (
         F.lit(None).cast(AGGREGATE_TYPE)
         if state.aggregate_field is None
@@ -54,7 +56,7 @@ def _state_entry(state: StateSpec) -> Column:
     )
     entry = F.struct(
         F.lit(state.state_id).alias("stateId"),
-        key_column(state.grouping_key_names).alias("keyValue"),
+        key_column(state.grouping_key_names, types).alias("keyValue"),
         value.alias("value"),
     )
     return F.when(compile_filter(state.filter), entry)
@@ -68,7 +70,8 @@ def tag_rows(transactions: DataFrame, states: Sequence[StateSpec], *, bucket_ms:
     """
     if not states:
         raise ValueError("tag_rows needs at least one state")
-    entries = F.filter(F.array(*[_state_entry(s) for s in states]), lambda e: e.isNotNull())
+    types = {field.name: field.dataType for field in transactions.schema.fields}
+    entries = F.filter(F.array(*[_state_entry(s, types) for s in states]), lambda e: e.isNotNull())
     exploded = transactions.select(*keep, "eventTimeMs", F.explode(entries).alias("_s"))
     return exploded.select(
         *keep,
@@ -102,3 +105,19 @@ def tiles(tagged: DataFrame, *, bucket_ms: int) -> DataFrame:
         F.max("value").alias("max"),
     )
     return aggregated.withColumn("bucketStart", F.col("tile") * sizes).select(*TILE_COLUMNS)
+
+
+def lowest_tile_starts(earliest_ms: int, *, bucket_ms: int) -> dict[int, int]:
+    """Per level, the start (epoch ms) of the tile that holds ``earliest_ms``: no tile of that level that holds
+    a later time starts before it."""
+    bucket = earliest_ms // bucket_ms
+    return {level: bucket // size * size * bucket_ms for level, size in enumerate(LEVEL_SIZES)}
+
+
+def reachable_tiles(earliest_ms: int, *, bucket_ms: int) -> Column:
+    """A condition on a tiles table: the tiles that hold any time from ``earliest_ms`` on (file skipping)."""
+    starts = lowest_tile_starts(earliest_ms, bucket_ms=bucket_ms)
+    return functools.reduce(
+        lambda a, b: a | b,
+        [(F.col("level") == level) & (F.col("bucketStart") >= start) for level, start in starts.items()],
+    )

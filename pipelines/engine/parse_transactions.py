@@ -67,9 +67,21 @@ def _typed(field: TransactionField, value: Column) -> Column:
 def parse_raw(raw: DataFrame, schema: TransactionSchema) -> DataFrame:
     """Typed transaction columns + ``eventTimeMs``, ``extraFields`` and ``reason`` (null when valid), raw kept."""
     fields = schema.fields
+    # Three projections, so that each field's map lookup and typed read run once per record: every later
+    # expression refers to their columns (Spark does not merge projections that would repeat them).
     parsed = raw.select(*RAW_COLUMNS, F.from_json("raw", "map<string,variant>").alias("_m"))
-    present = {f.name: F.col("_m")[f.name].isNotNull() & ~F.is_variant_null(F.col("_m")[f.name]) for f in fields}
-    typed = {f.name: _typed(f, F.col("_m")[f.name]) for f in fields}
+    looked_up = parsed.select(*RAW_COLUMNS, "_m", *[F.col("_m")[f.name].alias(f"_v{i}") for i, f in enumerate(fields)])
+    typed_frame = looked_up.select(
+        *RAW_COLUMNS,
+        "_m",
+        *[
+            (F.col(f"_v{i}").isNotNull() & ~F.is_variant_null(F.col(f"_v{i}"))).alias(f"_p{i}")
+            for i in range(len(fields))
+        ],
+        *[_typed(f, F.col(f"_v{i}")).alias(f"_t{i}") for i, f in enumerate(fields)],
+    )
+    present = {f.name: F.col(f"_p{i}") for i, f in enumerate(fields)}
+    typed = {f.name: F.col(f"_t{i}") for i, f in enumerate(fields)}
     problems = [F.when(F.col("_m").isNull(), F.lit("unparseable: not a JSON object"))]
     for f in fields:
         if f.required:
@@ -78,7 +90,7 @@ def parse_raw(raw: DataFrame, schema: TransactionSchema) -> DataFrame:
         problems.append(F.when(present[f.name] & typed[f.name].isNull(), F.lit(f"field {f.name} is not a {f.type}")))
     names = [f.name for f in fields]
     extra = F.map_filter("_m", lambda k, _v: ~k.isin(*names))
-    return parsed.select(
+    return typed_frame.select(
         *[typed[f.name].alias(f.name) for f in fields],
         F.unix_millis(typed["eventTime"]).alias("eventTimeMs"),
         F.when(F.size(extra) > 0, F.to_json(extra)).alias("extraFields"),

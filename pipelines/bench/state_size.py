@@ -1,0 +1,121 @@
+"""State size at steady state: the engine's bucket tiles vs the per-event baseline's events, for a full window.
+
+A streaming run long enough to fill a 1-day window at 10 transactions per key per minute would take hours here,
+so both states are *built* from the same input in one Spark job each, exactly as the two designs hold them:
+
+* engine: ``tiles(tag_rows(input))`` — what the bucket state holds once every batch is MERGEd (the baselines
+  scenario checks this equality on a real engine run: ``engine_state_matches``);
+* per-event: the tagged rows themselves (``per_event.EVENTS_SCHEMA``), every event of the window.
+
+Input: ``keys`` payers, each with ``per_minute`` transactions in every minute of ``window_minutes`` (bucket-aligned),
+one state (4 rules: SUM, COUNT, AVG, MAX per payer). Each state is written the same way — one Delta table, one
+file sorted by (stateId, keyValue, time) — and measured in rows and bytes.
+
+Example::
+
+    result = steady_state_sizes(spark, keys=100, per_minute=10, window_minutes=60, folder=Path("/tmp/s"))
+    result.bytes_ratio          # per-event bytes / engine bytes
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from delta_tables.bucket_state import TILE_COLUMNS
+from pipelines.bench.engine_runs import table_size
+from pipelines.bench.per_event import EVENTS_SCHEMA
+from pipelines.bench.workload import PAYER_BASE, START_MS, rule_set
+from pipelines.engine.buckets import bucket_index, tag_rows, tiles
+from pipelines.engine.states import LiveRule, states_of
+
+BUCKET_MS = 60_000
+
+
+@dataclass(frozen=True)
+class StateSize:
+    """Rows and bytes of both states for one input."""
+
+    keys: int
+    per_minute: int
+    window_minutes: int
+    transactions: int
+    engine_rows: int
+    engine_bytes: int
+    per_event_rows: int
+    per_event_bytes: int
+
+    @property
+    def rows_ratio(self) -> float:
+        return self.per_event_rows / max(1, self.engine_rows)
+
+    @property
+    def bytes_ratio(self) -> float:
+        return self.per_event_bytes / max(1, self.engine_bytes)
+
+
+def window_input(spark: SparkSession, *, keys: int, per_minute: int, window_minutes: int) -> DataFrame:
+    """``keys * per_minute * window_minutes`` transactions: every key ``per_minute`` times in every minute (on its
+    start), amounts log-normal like the workload's (seeded)."""
+    count = keys * per_minute * window_minutes
+    cents = F.floor(F.exp(F.lit(8.5) + F.randn(seed=7))).cast("long")
+    return spark.range(count).select(
+        F.format_string("t%010d", F.col("id")).alias("transactionId"),
+        (F.lit(START_MS) + F.floor(F.col("id") / (keys * per_minute)) * BUCKET_MS).cast("long").alias("eventTimeMs"),
+        (F.lit(PAYER_BASE) + F.col("id") % keys).alias("payerId"),
+        (cents / 100).cast("decimal(18,2)").alias("paymentAmount"),
+    )
+
+
+def _write_sorted(frame: DataFrame, path: str, order: list[str]) -> tuple[int, int]:
+    frame.repartition(1).sortWithinPartitions(*order).write.format("delta").mode("overwrite").save(path)
+    return table_size(frame.sparkSession, path)
+
+
+def steady_state_sizes(
+    spark: SparkSession, *, keys: int, per_minute: int, window_minutes: int, folder: Path
+) -> StateSize:
+    """Both states for a full window of input (see the module docstring), written under ``folder``."""
+    rules = rule_set(4, window_minutes=window_minutes, states=1)
+    states = states_of([LiveRule(r, None) for r in rules])
+    transactions = window_input(spark, keys=keys, per_minute=per_minute, window_minutes=window_minutes)
+    tagged = tag_rows(transactions, states, bucket_ms=BUCKET_MS, keep=("transactionId",)).persist()
+    try:
+        engine = tiles(tagged, bucket_ms=BUCKET_MS).withColumns(
+            {"lastBatchId": F.lit(0).cast("long"), "updatedAt": F.current_timestamp()}
+        )
+        events = tagged.select(*[f.name for f in EVENTS_SCHEMA.fields if f.name != "batchId"]).withColumn(
+            "batchId", F.lit(0).cast("long")
+        )
+        engine_rows, engine_bytes = _write_sorted(
+            engine, str(folder / "bucket_state"), ["stateId", "keyValue", "level", "bucketStart"]
+        )
+        event_rows, event_bytes = _write_sorted(
+            events, str(folder / "events"), ["stateId", "keyValue", "eventTimeMs", "transactionId"]
+        )
+    finally:
+        tagged.unpersist()
+        shutil.rmtree(folder, ignore_errors=True)
+    return StateSize(
+        keys=keys,
+        per_minute=per_minute,
+        window_minutes=window_minutes,
+        transactions=keys * per_minute * window_minutes,
+        engine_rows=engine_rows,
+        engine_bytes=engine_bytes,
+        per_event_rows=event_rows,
+        per_event_bytes=event_bytes,
+    )
+
+
+def engine_state_matches(spark: SparkSession, bucket_state_path: str, events_path: str) -> int:
+    """Rows that differ between the engine's bucket state and ``tiles`` of the per-event baseline's events (the
+    same input): 0 when the state the engine built batch by batch is the one ``steady_state_sizes`` builds."""
+    events = spark.read.format("delta").load(events_path)
+    expected = tiles(events.withColumn("bucket", bucket_index(F.col("eventTimeMs"), BUCKET_MS)), bucket_ms=BUCKET_MS)
+    actual = spark.read.format("delta").load(bucket_state_path).select(*TILE_COLUMNS)
+    return actual.exceptAll(expected).count() + expected.exceptAll(actual).count()
