@@ -36,7 +36,7 @@ typecheck: setup ## mypy (strict) on the packages
 	@$(BIN)/mypy
 
 .PHONY: bench
-bench: setup ## benchmarks (~20 min; BENCH_ARGS=--quick for ~3) -> docs/benchmarks.md + docs/benchmarks/*.png
+bench: setup ## benchmarks (~60 min; BENCH_ARGS=--quick for ~20) -> docs/benchmarks.md + docs/benchmarks/*.png
 	@$(BIN)/fraudlake bench $(BENCH_ARGS)
 
 dq: setup ## data-quality suites on the lakehouse; report in <lakehouse>/_reports/dq.md, exit 1 on a failure

@@ -103,7 +103,7 @@ def test_report_has_a_table_per_scenario_the_targets_and_charts(tmp_path: Path) 
             "sliding": SlidingWindowResult(3, 2, 360.0, 420.0, 12_000, 3_000_000, 20.0, 8000),
         }
     ]
-    results.state_sizes = [StateSize(100, 10, 60, 60_000, 6_300, 100_000, 60_000, 2_000_000)]
+    results.state_sizes = [StateSize(100, 10, 60, 60_000, 6_300, 100_000, 60_000, 800_000, 60_000, 2_000_000)]
     results.latency = LatencyResult(2000.0, 60.0, 100_000, 20, 1.5, 3.0, 4.0, 2.5, [300.0, 310.0])
     results.heap = [("a", 1000, 300.0), ("b", 20000, 320.0)]
     written = write_report(
@@ -123,7 +123,8 @@ def test_report_has_a_table_per_scenario_the_targets_and_charts(tmp_path: Path) 
     ):
         assert heading in text
     assert "1.20x" in text  # 7 days vs 1 hour evaluation, in the targets
-    assert "20.0x smaller in bytes (10 tx/key/min, 1 h), 9.5x in rows" in text and "**met**" in text
+    assert "20.0x smaller in bytes than whole transactions" in text and "8.0x than our lean" in text
+    assert "9.5x in rows" in text and "**met**" in text
     assert "p50 1.5 s, p99 4.0 s" in text
     pngs = [p for p in written if p.suffix == ".png"]
     assert pngs and all(p.stat().st_size > 1000 for p in pngs)
@@ -136,7 +137,8 @@ def test_steady_state_sizes_count_every_event_and_one_tile_per_minute_hour_and_d
     result = steady_state_sizes(spark, keys=2, per_minute=3, window_minutes=5, folder=tmp_path / "s")
     assert result.transactions == result.per_event_rows == 2 * 3 * 5  # one state, no filter: every transaction
     assert result.engine_rows == 2 * (5 + 1 + 1)  # per key: 5 minute tiles, 1 hour tile, 1 day tile
-    assert result.engine_bytes > 0 and result.per_event_bytes > 0
+    assert result.whole_rows == result.transactions  # every whole transaction once under its key
+    assert result.engine_bytes > 0 and result.per_event_bytes > 0 and result.whole_bytes > 0
     assert not (tmp_path / "s").exists()
 
 

@@ -7,5 +7,5 @@ or at a fixed rate), ``per_event`` (every transaction kept, lookback recomputed 
 
 Example::
 
-    fraudlake bench --quick          # ~3 minutes; `make bench` runs the full set (~20 minutes)
+    fraudlake bench --quick          # ~20 minutes; `make bench` runs the full set (~60 minutes)
 """

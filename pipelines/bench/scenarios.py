@@ -56,8 +56,8 @@ DAY_MINUTES = 1440
 
 @dataclass(frozen=True)
 class Plan:
-    """Sizes of every scenario; ``Plan()`` is the full bench (sized for ~20 min on 2 idle cores), ``Plan.quick()``
-    for ~3 (on a loaded machine both take several times longer: every batch has a fixed cost of Spark jobs)."""
+    """Sizes of every scenario; ``Plan()`` is the full bench (~60 min on 2 idle cores), ``Plan.quick()`` ~20 (on a
+    loaded machine both take several times longer: every batch has a fixed cost of Spark jobs)."""
 
     name: str = "full"
     batch_rows: int = 20_000
@@ -65,7 +65,7 @@ class Plan:
     rules: tuple[int, ...] = (1, 20, 100)
     keys: tuple[int, ...] = (1_000, 10_000, 100_000)
     base_keys: int = 10_000
-    batch_sizes: tuple[int, ...] = (2_000, 20_000, 50_000)
+    batch_sizes: tuple[int, ...] = (2_000, 20_000, 50_000, 100_000)
     windows: tuple[int, ...] = (60, DAY_MINUTES, 7 * DAY_MINUTES)
     history_days: int = 8
     history_keys: int = 1_000
@@ -85,10 +85,10 @@ class Plan:
         return cls(
             name="quick",
             batch_rows=2_000,
-            batches=2,
+            batches=3,
             rules=(1, 20),
             keys=(10_000,),
-            batch_sizes=(2_000,),
+            batch_sizes=(2_000, 20_000, 50_000),
             windows=(60, 7 * DAY_MINUTES),
             history_days=8,
             history_keys=200,
@@ -97,8 +97,8 @@ class Plan:
             baseline_minutes=3,
             baseline_rates=(10,),
             state_keys=50,
-            latency_rate=500.0,
-            latency_seconds=30.0,
+            latency_rate=1_000.0,
+            latency_seconds=60.0,
         )
 
 

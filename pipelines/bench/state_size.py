@@ -5,11 +5,14 @@ so both states are *built* from the same input in one Spark job each, exactly as
 
 * engine: ``tiles(tag_rows(input))`` — what the bucket state holds once every batch is MERGEd (the baselines
   scenario checks this equality on a real engine run: ``engine_state_matches``);
-* per-event: the tagged rows themselves (``per_event.EVENTS_SCHEMA``), every event of the window.
+* per-event, lean: the tagged rows themselves (``per_event.EVENTS_SCHEMA``: state, key, time, id, value), every
+  event of the window — what our per-event baseline keeps;
+* per-event, as the seeds keep it: every whole transaction of the window under its key (the Flink demo's
+  ``MapState<Long, Set<Transaction>>``), one copy per grouping key (here one).
 
 Input: ``keys`` payers, each with ``per_minute`` transactions in every minute of ``window_minutes`` (bucket-aligned),
 one state (4 rules: SUM, COUNT, AVG, MAX per payer). Each state is written the same way — one Delta table, one
-file sorted by (stateId, keyValue, time) — and measured in rows and bytes.
+file sorted by key and time — and measured in rows and bytes.
 
 Example::
 
@@ -48,6 +51,8 @@ class StateSize:
     engine_bytes: int
     per_event_rows: int
     per_event_bytes: int
+    whole_rows: int = 0
+    whole_bytes: int = 0
 
     @property
     def rows_ratio(self) -> float:
@@ -57,17 +62,30 @@ class StateSize:
     def bytes_ratio(self) -> float:
         return self.per_event_bytes / max(1, self.engine_bytes)
 
+    @property
+    def whole_bytes_ratio(self) -> float:
+        return self.whole_bytes / max(1, self.engine_bytes)
+
 
 def window_input(spark: SparkSession, *, keys: int, per_minute: int, window_minutes: int) -> DataFrame:
     """``keys * per_minute * window_minutes`` transactions: every key ``per_minute`` times in every minute (on its
     start), amounts log-normal like the workload's (seeded)."""
     count = keys * per_minute * window_minutes
     cents = F.floor(F.exp(F.lit(8.5) + F.randn(seed=7))).cast("long")
+    event_ms = (F.lit(START_MS) + F.floor(F.col("id") / (keys * per_minute)) * BUCKET_MS).cast("long")
     return spark.range(count).select(
         F.format_string("t%010d", F.col("id")).alias("transactionId"),
-        (F.lit(START_MS) + F.floor(F.col("id") / (keys * per_minute)) * BUCKET_MS).cast("long").alias("eventTimeMs"),
+        event_ms.alias("eventTimeMs"),
+        F.timestamp_millis(event_ms).alias("eventTime"),
         (F.lit(PAYER_BASE) + F.col("id") % keys).alias("payerId"),
+        (F.lit(5_000_000) + F.floor(F.rand(seed=11) * 1000)).cast("long").alias("beneficiaryId"),
         (cents / 100).cast("decimal(18,2)").alias("paymentAmount"),
+        F.element_at(
+            F.array(*[F.lit(t) for t in ("CRD", "CRD", "TRF", "CSH")]), (F.col("id") % 4 + 1).cast("int")
+        ).alias("paymentType"),
+        F.lit("WEB").alias("channel"),
+        F.lit("NL").alias("country"),
+        F.lit("EUR").alias("currency"),
     )
 
 
@@ -83,7 +101,8 @@ def steady_state_sizes(
     rules = rule_set(4, window_minutes=window_minutes, states=1)
     states = states_of([LiveRule(r, None) for r in rules])
     transactions = window_input(spark, keys=keys, per_minute=per_minute, window_minutes=window_minutes)
-    tagged = tag_rows(transactions, states, bucket_ms=BUCKET_MS, keep=("transactionId",)).persist()
+    whole = [c for c in transactions.columns if c != "eventTimeMs"]
+    tagged = tag_rows(transactions, states, bucket_ms=BUCKET_MS, keep=whole).persist()
     try:
         engine = tiles(tagged, bucket_ms=BUCKET_MS).withColumns(
             {"lastBatchId": F.lit(0).cast("long"), "updatedAt": F.current_timestamp()}
@@ -97,6 +116,8 @@ def steady_state_sizes(
         event_rows, event_bytes = _write_sorted(
             events, str(folder / "events"), ["stateId", "keyValue", "eventTimeMs", "transactionId"]
         )
+        kept = tagged.select("keyValue", *whole).dropDuplicates(["keyValue", "transactionId"])
+        whole_rows, whole_bytes = _write_sorted(kept, str(folder / "transactions"), ["keyValue", "eventTime"])
     finally:
         tagged.unpersist()
         shutil.rmtree(folder, ignore_errors=True)
@@ -109,6 +130,8 @@ def steady_state_sizes(
         engine_bytes=engine_bytes,
         per_event_rows=event_rows,
         per_event_bytes=event_bytes,
+        whole_rows=whole_rows,
+        whole_bytes=whole_bytes,
     )
 
 

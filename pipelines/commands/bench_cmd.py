@@ -3,7 +3,7 @@
 Examples::
 
     fraudlake bench                      # the full plan (~20 minutes on 2 idle cores): what `make bench` runs
-    fraudlake bench --quick              # smaller sizes, ~3 minutes
+    fraudlake bench --quick              # smaller sizes, ~20 minutes
     fraudlake bench --only baselines --output /tmp/b.md
 """
 
@@ -22,7 +22,7 @@ def register(subparsers: Any, parent: argparse.ArgumentParser) -> None:
     from pipelines.bench.scenarios import SCENARIOS
 
     parser = subparsers.add_parser("bench", parents=[parent], help="run the benchmarks; write docs/benchmarks.md")
-    parser.add_argument("--quick", action="store_true", help="smaller sizes (~3 minutes)")
+    parser.add_argument("--quick", action="store_true", help="smaller sizes (~20 minutes)")
     parser.add_argument("--only", nargs="+", choices=SCENARIOS, help="run only these scenarios")
     parser.add_argument("--output", default=str(REPO_ROOT / "docs" / "benchmarks.md"), help="the Markdown report")
     parser.add_argument("--charts", help="folder for the PNG charts (default: <output folder>/benchmarks)")
