@@ -81,15 +81,15 @@ class Plan:
 
     @classmethod
     def quick(cls) -> Plan:
-        """Few, small runs: each scenario once at its smallest meaningful size."""
+        """Every axis of the full plan at small batches (2,000 rows), larger batches only on the batch-size axis."""
         return cls(
             name="quick",
             batch_rows=2_000,
             batches=3,
-            rules=(1, 20),
-            keys=(10_000,),
+            rules=(1, 20, 100),
+            keys=(1_000, 10_000, 100_000),
             batch_sizes=(2_000, 20_000, 50_000),
-            windows=(60, 7 * DAY_MINUTES),
+            windows=(60, DAY_MINUTES, 7 * DAY_MINUTES),
             history_days=8,
             history_keys=200,
             history_every_minutes=60,

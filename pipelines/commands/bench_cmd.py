@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     from pipelines.bench.summary import PROFILE_NOTES, build_report
 
     settings = settings_from(args)
-    work = Path(args.work or Path(settings.work_dir) / "bench")
+    work = Path(args.work or Path(settings.work_dir) / "bench").resolve()  # Delta paths must be absolute
     saved = work.parent / f"{work.name}-results.pickle"
     if args.report_only is not None:
         others = [Path(w) for w in args.report_only]
