@@ -12,7 +12,7 @@ from delta_tables.catalog import init_lakehouse
 from pipelines.bench.engine_runs import BacklogResult, LatencyResult
 from pipelines.bench.per_event import PerEventHandler
 from pipelines.bench.report import Chart, Report, Table, write_report
-from pipelines.bench.scenarios import Plan, Results
+from pipelines.bench.scenarios import Plan, Results, merge
 from pipelines.bench.sliding_window import SlidingWindowResult
 from pipelines.bench.state_size import StateSize, engine_state_matches, steady_state_sizes
 from pipelines.bench.summary import build_report
@@ -140,6 +140,17 @@ def test_steady_state_sizes_count_every_event_and_one_tile_per_minute_hour_and_d
     assert result.whole_rows == result.transactions  # every whole transaction once under its key
     assert result.engine_bytes > 0 and result.per_event_bytes > 0 and result.whole_bytes > 0
     assert not (tmp_path / "s").exists()
+
+
+def test_merge_keeps_the_later_run_of_a_scenario() -> None:
+    first, second = Results(plan=Plan.quick()), Results(plan=Plan.quick())
+    first.state_sizes = [StateSize(50, 10, 60, 30_000, 3_100, 61_000, 30_000, 332_000)]
+    first.throughput = {"rules=1 keys=1 batch=1": _backlog(100.0, 1.0, 1)}
+    second.state_sizes = [StateSize(50, 10, 60, 30_000, 3_100, 61_000, 30_000, 332_000, 30_000, 298_000)]
+    merged = merge([first, second])
+    assert merged.state_sizes == second.state_sizes  # replaced, not appended
+    assert merged.throughput == first.throughput  # a scenario only the first run has is kept
+    assert "2 bench runs" in merged.machine["runs"]
 
 
 def test_table_markdown_and_bar_chart(tmp_path: Path) -> None:

@@ -125,8 +125,9 @@ def merge(parts: list[Results]) -> Results:
         merged.throughput.update(part.throughput)
         merged.windows.update(part.windows)
         merged.sharing.update(part.sharing)
-        merged.baselines.extend(part.baselines)
-        merged.state_sizes.extend(part.state_sizes)
+        # A later run of a scenario replaces an earlier one's figures, as for the dictionaries above.
+        merged.baselines = part.baselines or merged.baselines
+        merged.state_sizes = part.state_sizes or merged.state_sizes
         merged.latency = part.latency or merged.latency
         # Heaps of different processes are not comparable: keep which process each figure is from.
         merged.heap.extend((f"run {index + 1}: {label}", rows, mb) for label, rows, mb in part.heap)
@@ -134,7 +135,10 @@ def merge(parts: list[Results]) -> Results:
         if "after" in part.machine:
             merged.machine["after"] = part.machine["after"]
     if len(parts) > 1:
-        merged.machine["runs"] = f"{len(parts)} bench processes side by side (`--only`), each with its own session"
+        merged.machine["runs"] = (
+            f"{len(parts)} bench runs (`--only`), one after another, each its own process and session; a later run's"
+            " scenario replaces an earlier run's"
+        )
     return merged
 
 

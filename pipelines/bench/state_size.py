@@ -32,7 +32,7 @@ from pyspark.sql import functions as F
 from delta_tables.bucket_state import TILE_COLUMNS
 from pipelines.bench.engine_runs import table_size
 from pipelines.bench.per_event import EVENTS_SCHEMA
-from pipelines.bench.workload import PAYER_BASE, START_MS, rule_set
+from pipelines.bench.workload import BENEFICIARIES, BENEFICIARY_BASE, PAYER_BASE, PAYMENT_TYPES, START_MS, rule_set
 from pipelines.engine.buckets import bucket_index, tag_rows, tiles
 from pipelines.engine.states import LiveRule, states_of
 
@@ -78,10 +78,10 @@ def window_input(spark: SparkSession, *, keys: int, per_minute: int, window_minu
         event_ms.alias("eventTimeMs"),
         F.timestamp_millis(event_ms).alias("eventTime"),
         (F.lit(PAYER_BASE) + F.col("id") % keys).alias("payerId"),
-        (F.lit(5_000_000) + F.floor(F.rand(seed=11) * 1000)).cast("long").alias("beneficiaryId"),
+        (F.lit(BENEFICIARY_BASE) + F.floor(F.rand(seed=11) * BENEFICIARIES)).cast("long").alias("beneficiaryId"),
         (cents / 100).cast("decimal(18,2)").alias("paymentAmount"),
         F.element_at(
-            F.array(*[F.lit(t) for t in ("CRD", "CRD", "TRF", "CSH")]), (F.col("id") % 4 + 1).cast("int")
+            F.array(*[F.lit(t) for t in PAYMENT_TYPES]), (F.col("id") % len(PAYMENT_TYPES) + 1).cast("int")
         ).alias("paymentType"),
         F.lit("WEB").alias("channel"),
         F.lit("NL").alias("country"),

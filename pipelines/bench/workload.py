@@ -30,6 +30,9 @@ from rules_cdc.rule_model import Rule
 START_MS = 1_767_225_600_000
 """2026-01-01T00:00:00Z: where benchmark event time starts (a day boundary, so tiles align)."""
 PAYER_BASE = 1_000_000
+BENEFICIARY_BASE = 5_000_000
+BENEFICIARIES = 1_000
+PAYMENT_TYPES = ("CRD", "CRD", "TRF", "CSH")  # drawn uniformly: CRD half of the time
 AGGREGATORS = ("SUM", "COUNT", "AVG", "MAX", "MIN")
 
 
@@ -68,9 +71,9 @@ def transactions(workload: Workload) -> Iterator[dict[str, Any]]:
             "transactionId": f"t{workload.first_id + i:010d}",
             "eventTime": at,
             "payerId": PAYER_BASE + rng.randrange(workload.keys),
-            "beneficiaryId": 5_000_000 + rng.randrange(1000),
+            "beneficiaryId": BENEFICIARY_BASE + rng.randrange(BENEFICIARIES),
             "paymentAmount": f"{cents // 100}.{cents % 100:02d}",
-            "paymentType": rng.choice(("CRD", "CRD", "TRF", "CSH")),
+            "paymentType": rng.choice(PAYMENT_TYPES),
             "channel": "WEB",
             "country": "NL",
             "currency": "EUR",

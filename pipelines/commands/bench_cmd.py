@@ -2,7 +2,7 @@
 
 Examples::
 
-    fraudlake bench                      # the full plan (~20 minutes on 2 idle cores): what `make bench` runs
+    fraudlake bench                      # the full plan (~60 minutes on 2 idle cores): what `make bench` runs
     fraudlake bench --quick              # smaller sizes, ~20 minutes
     fraudlake bench --only baselines --output /tmp/b.md
 """

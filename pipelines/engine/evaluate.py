@@ -12,7 +12,8 @@ COUNT reads ``count``, SUM ``sum``, AVG ``sum / valueCount`` (HALF_UP to 6 decim
 
 Example::
 
-    candidates = evaluate(running_in_bucket(in_time), ranges, rules_frame(spark, states, bucket_seconds=60))
+    rules = rules_frame(spark, states, bucket_seconds=60)
+    candidates = candidate_alerts(running_in_bucket(in_time), rules, prior_tiles, batch_tiles, bucket_ms=60_000)
 """
 
 from __future__ import annotations
@@ -139,17 +140,17 @@ def aggregate_values(joined: DataFrame) -> DataFrame:
     return joined.withColumn("aggregateValue", value.cast(AGGREGATE_TYPE))
 
 
-def evaluate(running: DataFrame, ranges: DataFrame, rules: DataFrame) -> DataFrame:
+def evaluate(points: DataFrame, ranges: DataFrame, rules: DataFrame) -> DataFrame:
     """Candidate alerts: every (transaction, ACTIVE rule of its state it counts for) whose aggregate meets the limit.
 
-    ``running``: in-time tagged rows with the running columns; ``ranges``: ``lookback.range_aggregates``;
-    ``rules``: ``rules_frame`` (small, broadcast). Cooldowns are applied afterwards (``cooldown``).
+    ``points``: in-time tagged rows with the running columns, once per distinct ``reach`` of their state's rules;
+    ``ranges``: ``lookback.range_aggregates`` of those points; ``rules``: ``rules_frame`` (small, broadcast).
+    Cooldowns are applied afterwards (``cooldown``).
     """
-    # Ranges are per (point, reach), not per rule: join them to the rows once per distinct reach of the state (a
-    # shuffle join over rows x reaches), then fan out to the rules (a broadcast join, no shuffle). Joining the rules
-    # first would shuffle rows x rules (5x more with five rules per state: docs/benchmarks.md, profile).
-    reaches = F.broadcast(rules.select("stateId", "reach").distinct())
-    with_ranges = running.join(reaches, "stateId").join(ranges, list(POINT_KEYS), "left")
+    # Ranges are per (point, reach), not per rule: they are joined to the rows once per reach (a shuffle join over
+    # rows x reaches), then the rows fan out to the rules (a broadcast join, no shuffle). Joining the rules first
+    # would shuffle rows x rules (5x more with five rules per state: docs/benchmarks.md, profile).
+    with_ranges = points.join(ranges, list(POINT_KEYS), "left")
     per_rule = with_ranges.join(F.broadcast(rules), ["stateId", "reach"]).where(
         F.col("countsTransactions") | F.col("value").isNotNull()
     )
@@ -162,7 +163,6 @@ def candidate_alerts(
 ) -> DataFrame:
     """``evaluate`` over the lookbacks of ``running``'s (state, key, bucket) points: the engine's and the backtest's
     one evaluation chain. ``running``: rows to evaluate with their running columns (``running_in_bucket``)."""
-    reaches = F.broadcast(rules.select("stateId", "reach").distinct())
-    points = running.select("stateId", "keyValue", "bucket").distinct().join(reaches, "stateId")
-    ranges = range_aggregates(points, prior_tiles, batch_tiles, bucket_ms=bucket_ms)
-    return evaluate(running, ranges, rules)
+    points = running.join(F.broadcast(rules.select("stateId", "reach").distinct()), "stateId")
+    ranges = range_aggregates(points.select(*POINT_KEYS).distinct(), prior_tiles, batch_tiles, bucket_ms=bucket_ms)
+    return evaluate(points, ranges, rules)
