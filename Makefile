@@ -47,6 +47,12 @@ dq-ci: setup ## CI: the pipeline end to end on generated data (fraudlake demo), 
 	@$(BIN)/fraudlake demo --lakehouse .work/ci-lakehouse
 	@$(BIN)/fraudlake dq --lakehouse .work/ci-lakehouse
 
+.PHONY: contract-long
+contract-long: setup ## randomized engine contract runs from a random base seed (CONTRACT_EXAMPLES, default 60)
+	@base=$${CONTRACT_BASE_SEED:-$$RANDOM$$RANDOM}; echo "contract-long: base seed $$base"; \
+	FRAUDLAKE_CONTRACT_EXAMPLES=$${CONTRACT_EXAMPLES:-60} FRAUDLAKE_CONTRACT_BASE_SEED=$$base \
+	$(BIN)/python -m pytest tests/test_engine_contract_random.py -q $(PYTEST_ARGS)
+
 .PHONY: fuzz reliability
 RELIABILITY_TESTS := tests/test_engine_recovery.py tests/test_rules_job_recovery.py tests/test_faults_concurrent.py \
 	tests/test_broker_outage.py tests/test_fuzz_parsers.py tests/test_hostile_rules.py tests/test_schema_drift.py

@@ -2,11 +2,12 @@
 
 A rule with ``cooldownMinutes = C`` suppresses an alert for a transaction at ``t`` when its pair has an earlier
 emitted alert at ``t_a`` with ``t < t_a + C``. Rows live while the rule id is live; the engine deletes a rule's
-rows when its id leaves the rules in force, and rows older than any possible cooldown at retention time.
+rows when its id leaves the rules in force, and drops rows older than any possible cooldown when it compacts the
+table on the retention cadence.
 
 Example::
 
-    merge_last_alerts(spark, settings.table_path("alert_cooldown"), last_alerts, batch_id=7, txn=txn)
+    append_last_alerts(last_alerts, settings.table_path("alert_cooldown"), batch_id=7, tag=tag)
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from delta.tables import DeltaTable
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
-from delta_tables.idempotent import Txn, idempotent_dml
+from delta_tables.idempotent import CommitTag, append_tagged, overwrite_tagged, tagged_dml
 from delta_tables.table_spec import TableSpec
 
 ALERT_COOLDOWN_SCHEMA = StructType(
@@ -39,43 +40,38 @@ ALERT_COOLDOWN = TableSpec(
 )
 
 
-def merge_last_alerts(
-    spark: SparkSession, path: str, last_alerts: DataFrame, *, batch_id: int, txn: Txn | None
+def append_last_alerts(
+    last_alerts: DataFrame, path: str, *, batch_id: int | None, tag: CommitTag | None, files: int | None = None
 ) -> None:
-    """MERGE a batch's latest emitted alert per (ruleId, keyValue, lastAlertTimeMs).
+    """Append a batch's latest emitted alert per (ruleId, keyValue) (columns ruleId, keyValue, lastAlertTimeMs).
 
-    Condition: ``t.ruleId = s.ruleId AND t.keyValue = s.keyValue``. Clauses, in this order:
-
-    1. ``whenMatchedUpdate`` — ``lastAlertTimeMs = greatest(t, s)`` (an older alert never moves it back).
-    2. ``whenNotMatchedInsert`` — the pair's first alert.
-
-    ``greatest`` makes a repeat harmless; ``txn`` also skips the repeated commit.
+    Append-only, like the bucket state: a pair may have a row per batch with alerts; its memory is the greatest
+    ``lastAlertTimeMs`` (``fold_memory``), so an older row never moves it back.
     """
-    last_alerts = last_alerts.withColumn("lastBatchId", F.lit(batch_id).cast("long"))  # a column: same code each batch
-    stamp: dict[str, str | Column] = {"lastBatchId": F.col("s.lastBatchId"), "updatedAt": F.current_timestamp()}
-    update: dict[str, str | Column] = {"lastAlertTimeMs": F.expr("greatest(t.lastAlertTimeMs, s.lastAlertTimeMs)")}
-    insert: dict[str, str | Column] = {name: F.col(f"s.{name}") for name in ("ruleId", "keyValue", "lastAlertTimeMs")}
-    with idempotent_dml(spark, txn):
-        (
-            DeltaTable.forPath(spark, path)
-            .alias("t")
-            .merge(last_alerts.alias("s"), "t.ruleId = s.ruleId AND t.keyValue = s.keyValue")
-            .whenMatchedUpdate(set=update | stamp)
-            .whenNotMatchedInsert(values=insert | stamp)
-            .execute()
-        )
+    frame = last_alerts
+    if batch_id is not None:  # else last_alerts has them (columns: no per-batch literal in the generated code)
+        frame = frame.withColumns({"lastBatchId": F.lit(batch_id).cast("long"), "updatedAt": F.current_timestamp()})
+    frame = frame.select(*[f.name for f in ALERT_COOLDOWN_SCHEMA.fields])
+    append_tagged(frame, path, tag, files=files)
 
 
-def forget_rules(
-    spark: SparkSession, path: str, rule_ids: Collection[int], *, older_than_ms: int | None, txn: Txn | None
-) -> None:
-    """Delete the memory of these rule ids, and (``older_than_ms``) every row older than any cooldown can reach."""
-    parts = []
-    if rule_ids:
-        parts.append(f"ruleId IN ({', '.join(str(int(r)) for r in sorted(rule_ids))})")
-    if older_than_ms is not None:
-        parts.append(f"lastAlertTimeMs < {int(older_than_ms)}")
-    if not parts:
+def fold_memory(rows: DataFrame) -> DataFrame:
+    """One row per (ruleId, keyValue) with the greatest lastAlertTimeMs (and the newest lastBatchId and updatedAt
+    when ``rows`` has them)."""
+    extra = [c for c in ("lastBatchId", "updatedAt") if c in rows.columns]
+    return rows.groupBy("ruleId", "keyValue").agg(
+        F.max("lastAlertTimeMs").alias("lastAlertTimeMs"), *[F.max(c).alias(c) for c in extra]
+    )
+
+
+def compact_memory(folded: DataFrame, path: str, *, tag: CommitTag | None) -> None:
+    """Replace the table with ``folded`` (ALERT_COOLDOWN_SCHEMA columns, one row per pair) in one commit."""
+    overwrite_tagged(folded.select(*[f.name for f in ALERT_COOLDOWN_SCHEMA.fields]), path, tag)
+
+
+def forget_rules(spark: SparkSession, path: str, rule_ids: Collection[int], *, tag: CommitTag | None) -> None:
+    """Delete the memory of these rule ids (their ids left the rules in force)."""
+    if not rule_ids:
         return
-    with idempotent_dml(spark, txn):
-        DeltaTable.forPath(spark, path).delete(" OR ".join(parts))
+    with tagged_dml(spark, tag):
+        DeltaTable.forPath(spark, path).delete(f"ruleId IN ({', '.join(str(int(r)) for r in sorted(rule_ids))})")

@@ -1,9 +1,10 @@
-"""Batch log: one row per micro-batch a job committed (the ledger that makes replays idempotent).
+"""Batch log: one row per micro-batch the engine completed — its metrics, and what the next batch starts from.
 
-``(job, batchId)`` is unique: rows are appended with Delta's idempotent ``txnAppId/txnVersion``, so a replayed
-batch does not log twice. The engine (``job = engine-<query id>``) records the rules version it pinned, its row
-counts (``rows``, ``late``, ``quarantined``, ``alerts``, ...) and step timings in ms (``metrics``) here; its
-replay ledger proper is ``engine_progress``.
+``(job, batchId)`` is unique: the row is the batch's last write, tagged like the others
+(``delta_tables.idempotent``), so a replayed batch that finds it has nothing left to do. The engine
+(``job = engine-<query id>``) records the rules version it pinned, its row counts (``rows``, ``late``,
+``quarantined``, ``alerts``, ...), step timings and latency in ms (``metrics``), the max event time seen so far
+(``maxEventTimeMs``: the next batch's lateness bound) and the snapshot versions it read (``pins``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from delta_tables.idempotent import Txn, append_idempotent
+from delta_tables.idempotent import CommitTag, append_tagged
 from delta_tables.local_rows import local_frame
 from delta_tables.table_spec import TableSpec
 
@@ -36,6 +37,8 @@ BATCH_LOG_SCHEMA = StructType(
         StructField("durationMs", DoubleType(), True),
         StructField("counts", MapType(StringType(), LongType()), True),
         StructField("metrics", MapType(StringType(), DoubleType()), True),
+        StructField("maxEventTimeMs", LongType(), True),  # max event time of this and all earlier batches
+        StructField("pins", MapType(StringType(), LongType()), True),  # versions read: rules, state, ...
     ]
 )
 
@@ -46,13 +49,21 @@ BATCH_LOG = TableSpec(
 )
 
 
-def log_batch(spark: SparkSession, path: str, row: dict[str, Any], *, txn: Txn | None) -> None:
-    """Append the batch's row (BATCH_LOG_SCHEMA fields); with ``txn`` a replayed batch does not add a second one."""
-    source = local_frame(spark, [row], BATCH_LOG_SCHEMA)  # literals: no Python worker for one row
-    append_idempotent(source, path, txn)
+def log_batch(spark: SparkSession, path: str, row: dict[str, Any], *, tag: CommitTag | None) -> None:
+    """Append the batch's row (BATCH_LOG_SCHEMA fields) in one commit carrying ``tag``."""
+    append_tagged(local_frame(spark, [row], BATCH_LOG_SCHEMA), path, tag)  # literals: no Python worker
 
 
-def batch_logged(spark: SparkSession, path: str, job: str, batch_id: int) -> bool:
-    """Whether ``job`` has logged ``batch_id`` (for the engine: the batch completed, a replay has nothing to do)."""
-    frame = spark.read.format("delta").load(path)
-    return bool(frame.where((F.col("job") == job) & (F.col("batchId") == batch_id)).limit(1).count())
+def previous_batch(spark: SparkSession, path: str, job: str, batch_id: int) -> dict[str, Any] | None:
+    """The newest row of ``job`` before ``batch_id``; else the newest engine row of any job (a new checkpoint
+    continues from the lakehouse's last batch); None for a new lakehouse."""
+    table = spark.read.format("delta").load(path)
+    rows = (
+        table.where((F.col("job") == job) & (F.col("batchId") < batch_id))
+        .orderBy(F.col("batchId").desc())
+        .limit(1)
+        .collect()
+    )
+    if not rows:
+        rows = table.where(F.col("job").startswith("engine-")).orderBy(F.col("finishedAt").desc()).limit(1).collect()
+    return rows[0].asDict() if rows else None

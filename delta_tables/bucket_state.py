@@ -10,9 +10,16 @@ so a lookback of any width is answered from a bounded number of rows (see pipeli
 field is not null (``sum``/``min``/``max`` are over those). COUNT rules read ``count``, AVG reads
 ``sum / valueCount``.
 
+**Append-only**: each micro-batch *appends* its partial tiles (``append_tiles``), so one tile may have several
+rows, one per batch that touched it; a tile's value is the fold of its rows (``fold_tiles``: sums added, min of
+mins, max of maxes). Every reader folds (the engine's lookback sums the rows it joins anyway). Compaction
+(``compact_tiles``, on the retention cadence) replaces the table with its folded rows minus the tiles before each
+state's horizon, in one commit. A MERGE per batch would cost a join with the table and rewritten files on every
+micro-batch; an append is one small file.
+
 Example::
 
-    merge_tiles(spark, settings.table_path("bucket_state"), tiles, batch_id=7, txn=Txn("engine-x:state", 7))
+    append_tiles(tiles, settings.table_path("bucket_state"), batch_id=7, tag=CommitTag("engine-x", 7, "state"))
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
-from delta_tables.idempotent import Txn, append_idempotent, idempotent_dml
+from delta_tables.idempotent import CommitTag, append_tagged, overwrite_tagged, tagged_dml
 from delta_tables.table_spec import TableSpec
 from delta_tables.transaction_types import AGGREGATE_TYPE
 
@@ -52,8 +59,8 @@ BUCKET_STATE = TableSpec(
     schema=BUCKET_STATE_SCHEMA,
     comment="Bucket, hour and day tiles of sum/count/min/max per shared rule state and grouping key.",
     partition_by=("stateId",),
-    # Every MERGE updates a few rows in many files: deletion vectors avoid rewriting those files.
-    properties={"delta.enableDeletionVectors": "true"},
+    # A drop of states rewrites nothing (whole partitions); appends and compaction never update in place.
+    properties={"delta.enableDeletionVectors": "true", "delta.autoOptimize.optimizeWrite": "false"},
 )
 
 
@@ -62,82 +69,53 @@ def _in_list(column: str, values: Collection[str]) -> str:
     return f"{column} IN ({quoted})"
 
 
-def merge_tiles(
-    spark: SparkSession,
-    path: str,
-    tiles: DataFrame,
-    *,
-    state_ids: Collection[str],
-    lowest_starts: Mapping[int, int],
-    batch_id: int,
-    txn: Txn | None,
+TILE_KEY = ("stateId", "keyValue", "level", "bucketStart")
+
+
+def fold_tiles(rows: DataFrame) -> DataFrame:
+    """One row per tile (TILE_KEY): the fold of its rows (sums, counts added; min of mins; max of maxes), with the
+    newest ``lastBatchId`` and ``updatedAt`` when ``rows`` has them."""
+    extra = [c for c in ("lastBatchId", "updatedAt") if c in rows.columns]
+    return rows.groupBy(*TILE_KEY).agg(
+        F.sum("sum").cast(AGGREGATE_TYPE).alias("sum"),
+        F.sum("count").alias("count"),
+        F.sum("valueCount").alias("valueCount"),
+        F.min("min").alias("min"),
+        F.max("max").alias("max"),
+        *[F.max(c).alias(c) for c in extra],
+    )
+
+
+def append_tiles(
+    tiles: DataFrame, path: str, *, batch_id: int | None, tag: CommitTag | None, files: int | None = None
 ) -> None:
-    """Add a batch's tiles to the state: MERGE, additive on match, insert otherwise.
+    """Append a batch's partial tiles (TILE_COLUMNS) in one commit; ``tag`` names the write for replays.
 
-    Condition: ``t.stateId = s.stateId AND t.keyValue = s.keyValue AND t.level = s.level AND
-    t.bucketStart = s.bucketStart``, narrowed by ``t.stateId IN state_ids`` (partition pruning) and, per level,
-    ``t.bucketStart >= lowest_starts[level]`` (file skipping). Clauses, in this order:
+    ``batch_id`` None: ``tiles`` already has ``lastBatchId`` and ``updatedAt`` (the engine's hot path brings them as
+    columns, so that no per-batch literal changes the generated code)."""
+    frame = tiles
+    if batch_id is not None:
+        frame = frame.withColumns({"lastBatchId": F.lit(batch_id).cast("long"), "updatedAt": F.current_timestamp()})
+    frame = frame.select(*[f.name for f in BUCKET_STATE_SCHEMA.fields])
+    append_tagged(frame, path, tag, files=files)
 
-    1. ``whenMatchedUpdate`` — ``sum/count/valueCount`` add up (a null sum stays the other side's),
-       ``min``/``max`` take the least/greatest, ``lastBatchId``/``updatedAt`` are set.
-    2. ``whenNotMatchedInsert`` — a new tile.
 
-    Additive, so not idempotent by itself: ``txn`` makes Delta skip it when the batch already committed it.
-    ``tiles`` has TILE_COLUMNS and one row per (stateId, keyValue, level, bucketStart).
-    """
+def compact_tiles(folded: DataFrame, path: str, *, tag: CommitTag | None) -> None:
+    """Replace the whole table with ``folded`` (BUCKET_STATE_SCHEMA columns, one row per tile) in one commit."""
+    overwrite_tagged(folded.select(*[f.name for f in BUCKET_STATE_SCHEMA.fields]), path, tag)
+
+
+def delete_states(spark: SparkSession, path: str, state_ids: Collection[str], *, tag: CommitTag | None) -> None:
+    """Drop every tile of these states (whole partitions: a metadata-only delete)."""
     if not state_ids:
         return
-    levels = " OR ".join(f"(t.level = {lvl} AND t.bucketStart >= {start})" for lvl, start in lowest_starts.items())
-    condition = (
-        f"{_in_list('t.stateId', state_ids)} AND ({levels or 'true'}) AND t.stateId = s.stateId"
-        " AND t.keyValue = s.keyValue AND t.level = s.level AND t.bucketStart = s.bucketStart"
-    )
-    # The batch id comes in as a source column, not a literal: the MERGE's generated code is then the same for
-    # every batch and compiled once.
-    tiles = tiles.withColumn("lastBatchId", F.lit(batch_id).cast("long"))
-    stamp: dict[str, str | Column] = {"lastBatchId": F.col("s.lastBatchId"), "updatedAt": F.current_timestamp()}
-    update: dict[str, str | Column] = {
-        "sum": F.expr("CASE WHEN t.sum IS NULL THEN s.sum WHEN s.sum IS NULL THEN t.sum ELSE t.sum + s.sum END"),
-        "count": F.expr("t.count + s.count"),
-        "valueCount": F.expr("t.valueCount + s.valueCount"),
-        "min": F.expr("least(t.min, s.min)"),
-        "max": F.expr("greatest(t.max, s.max)"),
-        **stamp,
-    }
-    insert: dict[str, str | Column] = {name: F.col(f"s.{name}") for name in TILE_COLUMNS}
-    with idempotent_dml(spark, txn):
-        (
-            DeltaTable.forPath(spark, path)
-            .alias("t")
-            .merge(tiles.alias("s"), condition)
-            .whenMatchedUpdate(set=update)
-            .whenNotMatchedInsert(values=insert | stamp)
-            .execute()
-        )
-
-
-def append_tiles(tiles: DataFrame, path: str, *, batch_id: int, txn: Txn | None) -> None:
-    """Append tiles of states that have no rows yet (a backfill); idempotent with ``txn``."""
-    frame = tiles.select(*TILE_COLUMNS).withColumns(
-        {"lastBatchId": F.lit(batch_id).cast("long"), "updatedAt": F.current_timestamp()}
-    )
-    append_idempotent(frame, path, txn)
-
-
-def delete_states(spark: SparkSession, path: str, state_ids: Collection[str], *, txn: Txn | None) -> None:
-    """Drop every tile of these states (whole partitions: a metadata-only delete); idempotent with ``txn``."""
-    if not state_ids:
-        return
-    with idempotent_dml(spark, txn):
+    with tagged_dml(spark, tag):
         DeltaTable.forPath(spark, path).delete(_in_list("stateId", state_ids))
 
 
-def trim_states(spark: SparkSession, path: str, cutoffs: Mapping[str, int], *, txn: Txn | None) -> None:
-    """Retention: delete the tiles of each state that start before its cutoff (epoch ms)."""
-    if not cutoffs:
-        return
-    condition = " OR ".join(
-        f"(stateId = '{state}' AND bucketStart < {cutoff})" for state, cutoff in sorted(cutoffs.items())
-    )
-    with idempotent_dml(spark, txn):
-        DeltaTable.forPath(spark, path).delete(condition)
+def trim_condition(cutoffs: Mapping[str, int]) -> Column:
+    """The tiles to keep at retention: of a state in ``cutoffs``, starting at or after its cutoff (epoch ms)."""
+    keep = F.lit(False)
+    for state, cutoff in sorted(cutoffs.items()):
+        keep = keep | ((F.col("stateId") == state) & (F.col("bucketStart") >= F.lit(cutoff)))
+    return keep

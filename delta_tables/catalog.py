@@ -14,7 +14,6 @@ from delta_tables.alerts import ALERTS
 from delta_tables.batch_log import BATCH_LOG
 from delta_tables.bronze_transactions import bronze_spec
 from delta_tables.bucket_state import BUCKET_STATE
-from delta_tables.engine_progress import ENGINE_PROGRESS
 from delta_tables.quarantine import QUARANTINE
 from delta_tables.rule_changes import RULE_CHANGES
 from delta_tables.rule_states import RULE_STATES
@@ -33,7 +32,6 @@ def all_tables(settings: Settings) -> list[TableSpec]:
         QUARANTINE,
         BATCH_LOG,
         RULE_STATES,
-        ENGINE_PROGRESS,
         ALERT_COOLDOWN,
     ]
 

@@ -1,69 +1,113 @@
-"""Idempotent Delta writes: each write of a micro-batch is tagged ``(appId, batchId)`` and Delta skips a repeat.
+"""Idempotent writes by tagged commits: each write of a micro-batch names itself in ``commitInfo.userMetadata``.
 
-Appends take the writer options ``txnAppId``/``txnVersion``; MERGE, DELETE and UPDATE read the SQL confs
-``spark.databricks.delta.write.txnAppId/txnVersion``, which :func:`idempotent_dml` sets on the session for the
-duration of one statement and always unsets afterwards (they would otherwise tag every later write too).
+A tag is ``{"fraudlake": 1, "app": <app id>, "batch": <batch id>, "write": <name>, "pins": {...}}``: which
+streaming query, which micro-batch, which of its writes, and the snapshot versions the batch read (its *pins*).
+Delta writes the commit info in the same atomic commit file as the data, so "the tag is in the table's history"
+is exactly "the write committed".
 
-Delta records the highest ``txnVersion`` committed per ``txnAppId`` in the table's log and skips any write whose
-version is not higher, so *each distinct write of a batch needs its own app id* (``Txn.part``).
+Why not Delta's ``txnAppId/txnVersion``: reading a table's last transaction versions needs its full snapshot
+state, a Spark job over the log on every write (about 0.4 s per write on 2 cores, several writes per
+micro-batch). Tags cost nothing to write; they are read only when a batch is replayed after a crash
+(``pipelines.engine.recovery``), from the few newest commits of each table.
 
 Example::
 
-    txn = Txn("engine-1234", batch_id)
-    frame.write.format("delta").mode("append").options(**txn.part("bronze").writer_options()).save(path)
-    with idempotent_dml(spark, txn.part("state")):
-        DeltaTable.forPath(spark, path).merge(...).execute()
+    tag = CommitTag("engine-1f2e", 7, "bronze", {"rules": 12})
+    append_tagged(frame, path, tag)
+    [t.write for t in batch_commits(spark, path, "engine-1f2e", 7)]   # ['bronze'] after a crash
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
-TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
-TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
+USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
+_MARK = '{"fraudlake":1,'
 
 
 @dataclass(frozen=True)
-class Txn:
-    """One idempotent write: Delta commits it at most once per (app_id, version)."""
+class CommitTag:
+    """One write of one micro-batch, and the versions the batch pinned."""
 
     app_id: str
-    version: int
+    batch_id: int
+    write: str
+    pins: Mapping[str, int | None] = field(default_factory=dict)
 
-    def part(self, name: str) -> Txn:
-        """The same batch's write to another table or of another kind: ``<app_id>:<name>``."""
-        return Txn(f"{self.app_id}:{name}", self.version)
+    def to_json(self) -> str:
+        body = {"app": self.app_id, "batch": self.batch_id, "write": self.write, "pins": dict(self.pins)}
+        return _MARK + json.dumps(body, sort_keys=True, separators=(",", ":"))[1:]
 
-    def writer_options(self) -> dict[str, str]:
-        return {"txnAppId": self.app_id, "txnVersion": str(self.version)}
+    @classmethod
+    def parse(cls, text: str | None) -> CommitTag | None:
+        """The tag in a commit's userMetadata, or None for any other commit."""
+        if not text or not text.startswith(_MARK):
+            return None
+        try:
+            data: dict[str, Any] = json.loads(text)
+            return cls(str(data["app"]), int(data["batch"]), str(data["write"]), dict(data.get("pins") or {}))
+        except (ValueError, KeyError, TypeError):
+            return None
+
+
+def write_options(tag: CommitTag | None) -> dict[str, str]:
+    """Writer options of a tagged write. Optimized writes are off: they add a shuffle to every small append."""
+    options = {"optimizeWrite": "false"}
+    if tag is not None:
+        options["userMetadata"] = tag.to_json()
+    return options
+
+
+ROWS_PER_FILE = 1_000_000
+
+
+def files_for(rows: int) -> int:
+    """How many files an append of ``rows`` rows should write: one per million (small batches: one file)."""
+    return max(1, -(-rows // ROWS_PER_FILE))
+
+
+def append_tagged(frame: DataFrame, path: str, tag: CommitTag | None, *, files: int | None = None) -> None:
+    """Append ``frame`` to the Delta table at ``path`` in one commit carrying ``tag``; ``files``: at most that
+    many files (one write task each: a micro-batch's few thousand rows are one small file, not one per partition).
+    """
+    if files is not None:
+        frame = frame.coalesce(files)
+    frame.write.format("delta").mode("append").options(**write_options(tag)).save(path)
+
+
+def overwrite_tagged(frame: DataFrame, path: str, tag: CommitTag | None) -> None:
+    """Replace the whole content of the table at ``path`` with ``frame``, in one commit carrying ``tag``."""
+    frame.write.format("delta").mode("overwrite").options(**write_options(tag)).save(path)
 
 
 @contextmanager
-def idempotent_dml(spark: SparkSession, txn: Txn | None) -> Iterator[None]:
-    """Tag the DML statements run inside (MERGE/DELETE/UPDATE) with ``txn``; no-op for ``txn=None``."""
-    if txn is None:
+def tagged_dml(spark: SparkSession, tag: CommitTag | None) -> Iterator[None]:
+    """Tag the DML statements run inside (DELETE, UPDATE, MERGE) with ``tag`` (a session conf, unset after).
+
+    Run them on one thread: the conf is session-wide. Appends set their own writer option, which Delta prefers.
+    """
+    if tag is None:
         yield
         return
-    spark.conf.set(TXN_APP_ID_CONF, txn.app_id)
-    spark.conf.set(TXN_VERSION_CONF, str(txn.version))
+    spark.conf.set(USER_METADATA_CONF, tag.to_json())
     try:
         yield
     finally:
-        spark.conf.unset(TXN_APP_ID_CONF)
-        spark.conf.unset(TXN_VERSION_CONF)
+        spark.conf.unset(USER_METADATA_CONF)
 
 
 def table_version(spark: SparkSession, path: str) -> int:
-    """The newest committed version of the Delta table at ``path`` (from its log; no data scanned).
+    """The newest committed version of the Delta table at ``path``: a listing of its log, no Spark job.
 
-    Asks the JVM ``DeltaLog`` for its updated snapshot (milliseconds); where that internal API is not reachable
-    (e.g. Spark Connect) it falls back to ``DESCRIBE HISTORY`` (a Spark job).
+    Falls back to ``DESCRIBE HISTORY`` (a Spark job) where the JVM ``DeltaLog`` is not reachable (Spark Connect).
     """
     try:
         jvm: Any = spark._jvm
@@ -78,9 +122,62 @@ def table_version(spark: SparkSession, path: str) -> int:
         return version
 
 
-def append_idempotent(frame: DataFrame, path: str, txn: Txn | None) -> None:
-    """Append ``frame`` to the Delta table at ``path``; with ``txn``, a repeat of the same write is skipped."""
-    writer = frame.write.format("delta").mode("append")
-    if txn is not None:
-        writer = writer.options(**txn.writer_options())
-    writer.save(path)
+def batch_commits(spark: SparkSession, path: str, app_id: str, batch_id: int, *, newest: int = 64) -> list[CommitTag]:
+    """The tags of ``app_id``'s batch ``batch_id`` among the table's newest commits.
+
+    The commits of one engine's batches follow each other, so the scan goes from the newest commit back and stops
+    at the first commit of an earlier batch (or of another engine run: an older checkpoint), or after ``newest``
+    commits. It reads the commit files' ``commitInfo`` lines directly (Hadoop FileSystem via the JVM: no Spark
+    job, a few milliseconds per table); where that is not possible (a commit file not yet backfilled into
+    ``_delta_log``, or no JVM access) it uses ``DESCRIBE HISTORY``.
+    """
+    try:
+        return _tags_from_commit_files(spark, path, app_id, batch_id, newest)
+    except _NeedHistory:
+        pass
+    history = DeltaTable.forPath(spark, path).history(newest).where(F.col("userMetadata").startswith(_MARK))
+    tags = [CommitTag.parse(row["userMetadata"]) for row in history.select("userMetadata").collect()]
+    return [t for t in tags if t is not None and t.app_id == app_id and t.batch_id == batch_id]
+
+
+class _NeedHistory(Exception):
+    """The commit files cannot be read directly."""
+
+
+def _tags_from_commit_files(spark: SparkSession, path: str, app_id: str, batch_id: int, newest: int) -> list[CommitTag]:
+    try:
+        jvm: Any = spark._jvm
+        log_dir = jvm.org.apache.hadoop.fs.Path(path.rstrip("/") + "/_delta_log")
+        fs = log_dir.getFileSystem(spark._jsc.hadoopConfiguration())
+    except Exception as error:
+        raise _NeedHistory from error
+    found: list[CommitTag] = []
+    latest = table_version(spark, path)
+    for version in range(latest, max(latest - newest, -1), -1):
+        commit_file = jvm.org.apache.hadoop.fs.Path(log_dir, f"{version:020d}.json")
+        if not fs.exists(commit_file):
+            raise _NeedHistory(f"{commit_file} is not in _delta_log")
+        tag = CommitTag.parse(_user_metadata(jvm, fs, commit_file))
+        if tag is None:
+            continue  # a commit of another writer (OPTIMIZE, a manual DELETE, ...)
+        if tag.app_id != app_id or tag.batch_id < batch_id:
+            break
+        if tag.batch_id == batch_id:
+            found.append(tag)
+    return found
+
+
+def _user_metadata(jvm: Any, fs: Any, commit_file: Any) -> str | None:
+    """``commitInfo.userMetadata`` of one commit file (Delta writes commitInfo as the first action)."""
+    reader = jvm.java.io.BufferedReader(jvm.java.io.InputStreamReader(fs.open(commit_file), "UTF-8"))
+    try:
+        while True:
+            line = reader.readLine()
+            if line is None:
+                return None
+            if line.startswith('{"commitInfo"'):
+                info: dict[str, Any] = json.loads(line)["commitInfo"]
+                value = info.get("userMetadata")
+                return value if isinstance(value, str) else None
+    finally:
+        reader.close()

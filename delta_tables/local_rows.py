@@ -1,53 +1,82 @@
-"""Small driver-side rows (a ledger row, a batch-log row, the rules of a batch) as a DataFrame of literals.
+"""Small driver-side rows (a batch-log row, the rules of a batch, the state registry) as a DataFrame.
 
 ``spark.createDataFrame(list_of_rows, schema)`` builds a Python RDD: every action on it starts Python workers to
-unpickle the rows (seconds per call on a loaded 2-core machine, several calls per micro-batch). A projection of
-literals over ``spark.range(1)`` stays in the JVM. Values are converted the way ``createDataFrame`` would:
-``None`` -> typed null, ``list`` -> array, ``dict`` -> map, ``Decimal``/``datetime``/``bool``/``int``/``str`` ->
-literals, each cast to its field's type.
+unpickle the rows (seconds per call on a loaded 2-core machine). A projection of literals stays in the JVM but
+costs a Py4J round trip per value and per cast (thousands for the rules of a batch). So the rows travel as *one*
+JSON text per row in a local relation, parsed in the JVM by ``from_json`` against the schema: a few Py4J calls per
+row, exact for every type the tables use (decimals are parsed from their digits, not through a double).
+
+Values are encoded the way ``createDataFrame`` would take them: ``None`` -> null, ``list``/``tuple`` -> array,
+``dict`` -> map or struct, ``Decimal`` -> its digits (a JSON string), ``datetime`` -> ISO text in UTC (naive =
+UTC), ``date`` -> ISO date, ``bool``/``int``/``float``/``str`` as JSON.
 
 Example::
 
-    frame = local_frame(spark, [{"appId": "engine-1", "batchId": 7, ...}], ENGINE_PROGRESS_SCHEMA)
+    frame = local_frame(spark, [{"job": "engine-1", "batchId": 7, ...}], BATCH_LOG_SCHEMA)
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import json
+import math
 from collections.abc import Mapping, Sequence
+from decimal import Decimal
 from typing import Any
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, DataType, MapType, StructType
+from pyspark.sql.types import StringType, StructField, StructType
 
 
-def literal(value: Any, data_type: DataType) -> Column:
-    """``value`` as a Column of ``data_type`` (arrays and maps element by element)."""
-    if value is None:
-        return F.lit(None).cast(data_type)
-    if isinstance(data_type, ArrayType):
-        items = [literal(v, data_type.elementType) for v in value]
-        return (F.array(*items) if items else F.array()).cast(data_type)
-    if isinstance(data_type, MapType):
-        pairs = [c for k, v in value.items() for c in (literal(k, data_type.keyType), literal(v, data_type.valueType))]
-        return (F.create_map(*pairs) if pairs else F.create_map()).cast(data_type)
-    return F.lit(value).cast(data_type)
+def _plain(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return format(value, "f")  # a JSON string: from_json reads a decimal's digits exactly from it
+    if isinstance(value, dt.datetime):
+        aware = value if value.tzinfo is None else value.astimezone(dt.UTC).replace(tzinfo=None)
+        return aware.isoformat(timespec="microseconds") + "Z"
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{value!r} cannot be a column value here")
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def row_json(row: Mapping[str, Any] | Sequence[Any], schema: StructType) -> str:
+    """One row as a JSON object keyed by the schema's field names."""
+    names = [f.name for f in schema.fields]
+    values = [row.get(name) for name in names] if isinstance(row, Mapping) else list(row)
+    if len(values) != len(names):
+        raise ValueError(f"a row has {len(values)} values for {len(names)} fields")
+    plain = {name: _plain(value) for name, value in zip(names, values, strict=True)}
+    return json.dumps(plain, allow_nan=False, separators=(",", ":"))
 
 
 def local_frame(
     spark: SparkSession, rows: Sequence[Mapping[str, Any] | Sequence[Any]], schema: StructType
 ) -> DataFrame:
-    """``rows`` (dicts by field name, or tuples in field order) as a DataFrame with exactly ``schema``'s columns."""
-    fields = schema.fields
+    """``rows`` (dicts by field name, or tuples in field order) as a DataFrame with exactly ``schema``'s columns.
 
-    def row_struct(row: Mapping[str, Any] | Sequence[Any]) -> Column:
-        values = [row.get(f.name) for f in fields] if isinstance(row, Mapping) else list(row)
-        if len(values) != len(fields):
-            raise ValueError(f"a row has {len(values)} values for {len(fields)} fields")
-        return F.struct(*[literal(v, f.dataType).alias(f.name) for v, f in zip(values, fields, strict=True)])
+    The frame is a ``LocalRelation`` (one JSON text per row, parsed by a projection that the optimizer evaluates
+    once): it runs no job of its own, and joined to other frames its values are data, not literals compiled into
+    the generated code.
+    """
+    jvm: Any = spark._jvm
+    gateway: Any = spark.sparkContext._gateway
+    java_rows = []
+    for row in rows:
+        values = gateway.new_array(jvm.java.lang.Object, 1)
+        values[0] = row_json(row, schema)
+        java_rows.append(jvm.org.apache.spark.sql.RowFactory.create(values))
+    text = spark._jsparkSession.parseDataType(_TEXT_SCHEMA.json())
+    frame = DataFrame(spark._jsparkSession.createDataFrame(java_rows, text), spark)
+    parsed = F.from_json("json", schema, {"timestampFormat": _TIMESTAMP_FORMAT}).alias("r")
+    return frame.select(parsed).select(*[F.col(f"r.{f.name}").alias(f.name) for f in schema.fields])
 
-    if not rows:
-        return spark.range(0).select(*[F.lit(None).cast(f.dataType).alias(f.name) for f in fields])
-    if len(rows) == 1:
-        return spark.range(1).select(row_struct(rows[0]).alias("_r")).select("_r.*")
-    return spark.range(1).select(F.inline(F.array(*[row_struct(r) for r in rows]))).select(*[f.name for f in fields])
+
+_TIMESTAMP_FORMAT = "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"
+_TEXT_SCHEMA = StructType([StructField("json", StringType(), False)])

@@ -7,7 +7,7 @@ its buckets dropped.
 
 Example::
 
-    replace_registry(rows_df, settings.table_path("rule_states"), txn=Txn("engine-x:registry", 7))
+    replace_registry(rows_df, settings.table_path("rule_states"), tag=CommitTag("engine-x", 7, "registry"))
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
-from delta_tables.idempotent import Txn
+from delta_tables.idempotent import CommitTag, overwrite_tagged
 from delta_tables.table_spec import TableSpec
 
 RULE_STATES_SCHEMA = StructType(
@@ -36,10 +36,7 @@ RULE_STATES = TableSpec(
 )
 
 
-def replace_registry(frame: DataFrame, path: str, *, txn: Txn | None) -> None:
+def replace_registry(frame: DataFrame, path: str, *, tag: CommitTag | None) -> None:
     """Overwrite the registry with ``frame`` (RULE_STATES_SCHEMA rows: one per state): the table is a few rows,
-    so a whole rewrite is cheaper than a MERGE; ``txn`` makes a replayed batch skip it."""
-    writer = frame.write.format("delta").mode("overwrite")
-    if txn is not None:
-        writer = writer.options(**txn.writer_options())
-    writer.save(path)
+    so a whole rewrite is cheaper than a MERGE."""
+    overwrite_tagged(frame, path, tag)

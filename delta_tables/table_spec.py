@@ -56,6 +56,7 @@ def create_table(
 
     ``properties`` are lakehouse-wide ones added to the spec's (e.g. ``file_retention``)."""
     if DeltaTable.isDeltaTable(spark, path):
+        add_missing_columns(spark, spec, path)
         return False
     builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(spec.schema).comment(spec.comment)
     if spec.partition_by:
@@ -64,3 +65,17 @@ def create_table(
         builder = builder.property(key, value)
     builder.execute()
     return True
+
+
+def add_missing_columns(spark: SparkSession, spec: TableSpec, path: str) -> list[str]:
+    """Add the spec's columns that an existing table lacks (a lakehouse made by an older release): nullable
+    columns only, appended at the end, as ``ALTER TABLE ... ADD COLUMNS``. Returns their names."""
+    have = {f.name for f in spark.read.format("delta").load(path).schema.fields}
+    missing = [f for f in spec.schema.fields if f.name not in have]
+    if not missing:
+        return []
+    if any(not f.nullable for f in missing):
+        raise ValueError(f"{path} lacks required columns {[f.name for f in missing]}: recreate the table")
+    columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in missing)
+    spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({columns})")
+    return [f.name for f in missing]

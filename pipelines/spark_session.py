@@ -40,6 +40,9 @@ def local_spark_conf(settings: Settings) -> dict[str, str]:
         # File listing (VACUUM, partition discovery) fans out to 10,000 tasks by default: minutes on 2 cores.
         "spark.sql.sources.parallelPartitionDiscovery.parallelism": str(settings.spark.shuffle_partitions),
         "spark.databricks.delta.properties.defaults.enableChangeDataFeed": "false",
+        # A micro-batch runs ~150 generated classes; the default cache of 100 would compile most of them again on
+        # every batch (Janino: tens of ms each). Static: it must be set before the session starts.
+        "spark.sql.codegen.cache.maxEntries": "4000",
     }
     conf.update(settings.spark.extra_conf)
     return conf

@@ -78,3 +78,59 @@ def table_rows(spark: SparkSession, path: str, *, drop: Sequence[str] = ()) -> l
     frame = frame.drop(*drop) if drop else frame
     rows = [tuple(r) for r in frame.select(*[F.col(c) for c in frame.columns]).collect()]
     return sorted(rows, key=lambda row: tuple((v is None, str(v)) for v in row))
+
+
+TILE_LEVEL_SIZES = (1, 60, 1440)  # tile widths in buckets: bucket, hour, day (with 60-second buckets)
+SIX = Decimal("0.000001")
+
+
+def independent_tiles(
+    records: Sequence[Mapping[str, Any]], rules: Sequence[Rule], *, bucket_seconds: int = 60
+) -> set[tuple[Any, ...]]:
+    """The bucket state the engine should hold for these transactions, computed in plain Python (not with the
+    engine's code): per state of ``rules``, key and tile at each level, (sum, count, valueCount, min, max)."""
+    from reference_evaluator import filter_passes, key_of  # tests/ is on sys.path under pytest
+
+    from pipelines.engine.keys import encode_key
+    from rules_cdc.rule_model import COUNT_FIELD
+
+    bucket_ms = bucket_seconds * 1000
+    tiles: dict[tuple[Any, ...], list[Any]] = {}
+    states = {rule.state_id: rule for rule in rules}
+    for state_id, rule in states.items():
+        field = None if rule.aggregate_field_name == COUNT_FIELD else rule.aggregate_field_name
+        for record in records:
+            if not filter_passes(rule.filter, record):
+                continue
+            raw = record.get(field) if field else None
+            value = None if raw is None else Decimal(str(raw))
+            bucket = record["eventTime"] // bucket_ms
+            for level, size in enumerate(TILE_LEVEL_SIZES):
+                key = (state_id, encode_key(key_of(record, rule)), level, bucket // size * size * bucket_ms)
+                agg = tiles.setdefault(key, [None, 0, 0, None, None])
+                agg[1] += 1
+                if value is not None:
+                    agg[0] = value if agg[0] is None else agg[0] + value
+                    agg[2] += 1
+                    agg[3] = value if agg[3] is None else min(agg[3], value)
+                    agg[4] = value if agg[4] is None else max(agg[4], value)
+    return {(*key, _six(s), c, vc, _six(lo), _six(hi)) for key, (s, c, vc, lo, hi) in tiles.items()}
+
+
+def _six(value: Decimal | None) -> Decimal | None:
+    return None if value is None else value.quantize(SIX)
+
+
+def folded_state(spark: SparkSession, settings: Settings) -> set[tuple[Any, ...]]:
+    """The bucket state table folded per tile in Python (it is append-only: a tile may have a row per batch)."""
+    rows = spark.read.format("delta").load(settings.table_path("bucket_state")).collect()
+    tiles: dict[tuple[Any, ...], list[Any]] = {}
+    for row in rows:
+        key = (row["stateId"], row["keyValue"], row["level"], row["bucketStart"])
+        agg = tiles.setdefault(key, [None, 0, 0, None, None])
+        agg[0] = row["sum"] if agg[0] is None else agg[0] if row["sum"] is None else agg[0] + row["sum"]
+        agg[1] += row["count"]
+        agg[2] += row["valueCount"]
+        agg[3] = row["min"] if agg[3] is None else agg[3] if row["min"] is None else min(agg[3], row["min"])
+        agg[4] = row["max"] if agg[4] is None else agg[4] if row["max"] is None else max(agg[4], row["max"])
+    return {(*key, *agg) for key, agg in tiles.items()}

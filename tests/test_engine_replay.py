@@ -2,8 +2,9 @@
 
 The crashes are injected in-process at the engine's own crash points (right after a write), then the batch is
 run again by a fresh handler, as Structured Streaming would after a restart. The result must equal what the
-contract says: alerts as the reference evaluator, bucket state as re-aggregated from bronze (nothing counted
-twice), cooldown memory as the alerts imply, no duplicate bronze rows, one commit per write per batch.
+contract says: alerts as the reference evaluator, bucket state equal to tiles computed in plain Python from the
+transactions (nothing counted twice), cooldown memory as the alerts imply, no duplicate bronze row, one tagged
+commit per write per batch.
 """
 
 from __future__ import annotations
@@ -13,18 +14,16 @@ from typing import Any
 
 import pytest
 from delta.tables import DeltaTable
-from engine_fixtures import alerts_by_id, make_rule, put_rules, raw_frame, table_rows
+from engine_fixtures import alerts_by_id, folded_state, independent_tiles, make_rule, put_rules, raw_frame, table_rows
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from reference_evaluator import RefBatch, evaluate
 
 import pipelines.engine.batch_handler as batch_handler
 from delta_tables.catalog import init_lakehouse
-from delta_tables.idempotent import table_version
-from pipelines.engine.backfill import backfill_tiles
+from delta_tables.idempotent import CommitTag, table_version
 from pipelines.engine.batch_handler import BatchHandler
 from pipelines.engine.keys import encode_key
-from pipelines.engine.states import read_live_rules, states_of
 from pipelines.settings import Settings
 
 T0 = 1_700_006_400_000
@@ -56,8 +55,9 @@ def test_replayed_batches_have_exactly_once_effects(
     spark: SparkSession, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     init_lakehouse(spark, settings)
-    # Batch 1 dies after its alerts append, then (re-run) after its state MERGE; one crash per attempt.
-    crashes = {1: ["alerts", "state"]}
+    # Batch 1 dies after its state maintenance (the backfill of r3's new state), then (re-run) after its alerts
+    # append, which runs beside the bronze, state and cooldown appends; one crash per attempt.
+    crashes = {1: ["maintenance", "alerts"]}
     armed: list[tuple[str, int]] = []
 
     def crash_point(point: str, batch_id: int) -> None:
@@ -109,32 +109,25 @@ def test_replayed_batches_have_exactly_once_effects(
     bronze = spark.read.format("delta").load(settings.table_path("bronze_transactions"))
     assert bronze.count() == bronze.select("transactionId").distinct().count() == 24
 
-    # The state holds every transaction exactly once: it equals the tiles re-aggregated from bronze.
-    rules = read_live_rules(
-        spark,
-        settings.table_path("rules"),
-        version=table_version(spark, settings.table_path("rules")),
-        schema=settings.transaction_schema,
-    )
-    rebuilt = backfill_tiles(bronze, states_of(rules), bucket_ms=60_000, from_ms=0)
-    columns = ["stateId", "keyValue", "level", "bucketStart", "sum", "count", "valueCount", "min", "max"]
-    state = spark.read.format("delta").load(settings.table_path("bucket_state")).select(*columns)
-    assert sorted(tuple(r) for r in state.collect()) == sorted(tuple(r) for r in rebuilt.select(*columns).collect())
+    # The state holds every transaction exactly once: it equals the tiles computed from the transactions.
+    records = [*_batch(0), *_batch(1)]
+    assert folded_state(spark, settings) == independent_tiles(records, [r1, r2, r3])
 
     # Cooldown memory = the latest alert per (rule, key).
     last = alerts.groupBy("ruleId", "keyValue").agg(F.max(F.unix_millis("eventTime")).alias("t"))
     memory = spark.read.format("delta").load(settings.table_path("alert_cooldown"))
-    assert sorted(tuple(r) for r in last.collect()) == sorted(
-        tuple(r) for r in memory.select("ruleId", "keyValue", "lastAlertTimeMs").collect()
-    )
+    folded_memory = memory.groupBy("ruleId", "keyValue").agg(F.max("lastAlertTimeMs"))
+    assert sorted(tuple(r) for r in last.collect()) == sorted(tuple(r) for r in folded_memory.collect())
 
-    # One commit per write and batch, whatever the attempts: Delta skipped the repeated ones.
-    def operations(name: str) -> list[str]:
+    # One commit per write and batch, whatever the attempts: a replay skipped the writes already committed.
+    def writes(name: str) -> list[tuple[int, str]]:
         history = DeltaTable.forPath(spark, settings.table_path(name)).history().orderBy("version")
-        return [r["operation"] for r in history.collect() if r["operation"] not in ("CREATE TABLE", "OPTIMIZE")]
+        tags = [CommitTag.parse(r["userMetadata"]) for r in history.collect()]
+        return [(t.batch_id, t.write) for t in tags if t is not None]
 
-    assert operations("bronze_transactions") == ["WRITE"] * 2
-    assert operations("batch_log") == ["WRITE"] * 2
-    assert operations("bucket_state") == ["MERGE", "WRITE", "MERGE"]  # batch 0, backfill of r3's state, batch 1
-    assert operations("alerts") == ["WRITE"] * 2
+    assert writes("bronze_transactions") == [(0, "bronze"), (1, "bronze")]
+    assert writes("batch_log") == [(0, "batch-log"), (1, "batch-log")]
+    # batch 0's tiles, the backfill of r3's new state (batch 1's maintenance), batch 1's tiles
+    assert writes("bucket_state") == [(0, "state"), (1, "state-backfill"), (1, "state")]
+    assert writes("alerts") == [(0, "alerts"), (1, "alerts")]
     assert table_rows(spark, settings.table_path("quarantine")) == []

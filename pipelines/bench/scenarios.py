@@ -238,7 +238,7 @@ class Runner:
                 F.lit(Decimal("12.50")).cast("decimal(38,6)").alias("value"),
             )
         )
-        append_tiles(tiles(tagged, bucket_ms=60_000), settings.table_path("bucket_state"), batch_id=0, txn=None)
+        append_tiles(tiles(tagged, bucket_ms=60_000), settings.table_path("bucket_state"), batch_id=0, tag=None)
         shutil.rmtree(seed, ignore_errors=True)
 
     def run_throughput(self) -> None:

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import datetime as dt
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from delta_tables.alerts import ALERTS_SCHEMA
+from pipelines.engine.parse_transactions import as_column
 from pipelines.kafka_clients import spark_kafka_options
 from pipelines.settings import Settings
 
@@ -41,15 +42,18 @@ EXPORT_FIELDS = (
 )
 
 
-def alert_rows(emitted: DataFrame, *, rules_version: int, batch_id: int, detected_at: dt.datetime) -> DataFrame:
-    """ALERTS_SCHEMA rows of the emitted candidates (``evaluate`` + ``cooldown`` output)."""
-    detected = F.lit(detected_at).cast("timestamp")
+def alert_rows(
+    emitted: DataFrame, *, rules_version: int | Column, batch_id: int | Column, detected_at: dt.datetime | Column
+) -> DataFrame:
+    """ALERTS_SCHEMA rows of the emitted candidates (``evaluate`` + ``cooldown`` output); the per-batch values may
+    be columns (of the batch's constants, joined in: see ``parse_transactions.as_column``)."""
+    detected = detected_at if isinstance(detected_at, Column) else F.lit(detected_at).cast("timestamp")
     frame = emitted.select(
         F.concat(F.col("ruleId").cast("string"), F.lit(":"), F.col("transactionId")).alias("alertId"),
         "ruleId",
         "ruleSourcePosition",
         "ruleSnapshot",
-        F.lit(rules_version).cast("long").alias("rulesVersion"),
+        as_column(rules_version).alias("rulesVersion"),
         "keyValue",
         "transactionId",
         "eventTime",
@@ -59,7 +63,7 @@ def alert_rows(emitted: DataFrame, *, rules_version: int, batch_id: int, detecte
         "limit",
         "windowMinutes",
         detected.alias("detectedAt"),
-        F.lit(batch_id).cast("long").alias("batchId"),
+        as_column(batch_id).alias("batchId"),
         "ingestedAt",
         (F.unix_millis(detected) - F.unix_millis("ingestedAt")).alias("latencyMs"),
         F.to_date(detected).alias("detectedDate"),

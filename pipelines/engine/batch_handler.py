@@ -1,16 +1,19 @@
-"""The ``foreachBatch`` function: one micro-batch of raw records -> bronze, quarantine, state, alerts, logs.
+"""The ``foreachBatch`` function: one micro-batch of raw records -> bronze, quarantine, state, alerts, batch log.
 
-Order of a batch (every read at a version pinned in ``engine_progress``; every write idempotent per batch):
+Order of a batch:
 
-1. parse; record the *intent* (rules, registry and bronze versions, high-water marks) unless a first attempt did;
-2. state maintenance if the rules need it (drop, rebuild, backfill, forget cooldowns; registry), then pin the
-   state and cooldown versions to evaluate against (READY);
-3. quarantine and bronze appends (background threads), beside
-4. evaluation against the pinned state + the batch itself; alerts append (+ Kafka, background), cooldown MERGE;
-5. the batch's tiles MERGEd into the state; retention when due; the batch log row last (the batch is complete).
+1. parse (cached) and one aggregation for the batch's counts and event-time range;
+2. pin what it reads: the rules-table version, the registry, bronze (what a backfill may read); state maintenance
+   if the rules need it (``maintenance``); then the state and cooldown-memory versions to evaluate against;
+3. in parallel: the quarantine and bronze appends, the append of the batch's tiles to the state, and the
+   evaluation against the pinned state (held on the executors: ``table_cache``) plus the batch itself, followed
+   by the alerts append (+ Kafka) and the cooldown-memory append;
+4. compaction of the state and cooldown memory when retention is due; the batch-log row last.
 
-A re-run of a batch (crash before the checkpoint commit) reads the same snapshots, so it computes the same
-writes, and Delta skips every one already committed (``txnAppId/txnVersion``): exactly-once effects.
+Every write carries a commit tag naming the batch and its pins (``delta_tables.idempotent``). A replayed batch
+(a crash before the checkpoint commit) finds the tags of what its first attempt committed (``recovery``),
+reuses those pins, so it computes exactly the same writes, and skips the ones already there: exactly-once
+effects. Nothing the batch reads is something it writes.
 
 Example::
 
@@ -25,20 +28,22 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StructField, StructType, TimestampType
 
-from delta_tables.alert_cooldown import forget_rules, merge_last_alerts
-from delta_tables.batch_log import batch_logged, log_batch
-from delta_tables.bucket_state import merge_tiles, trim_states
-from delta_tables.engine_progress import PLANNED, previous_progress, read_progress, trim_progress
-from delta_tables.idempotent import Txn, append_idempotent
+from delta_tables.alert_cooldown import append_last_alerts, compact_memory, fold_memory
+from delta_tables.batch_log import log_batch, previous_batch
+from delta_tables.bucket_state import TILE_COLUMNS, append_tiles, compact_tiles, fold_tiles, trim_condition
+from delta_tables.idempotent import append_tagged, files_for, table_version
+from delta_tables.local_rows import local_frame
 from pipelines.engine.alert_rows import alert_rows, write_alerts_to_kafka
-from pipelines.engine.buckets import lowest_tile_starts, reachable_tiles, tag_rows, tiles
+from pipelines.engine.buckets import tag_rows, tiles
 from pipelines.engine.cooldown import apply_cooldown, last_alert_times
-from pipelines.engine.evaluate import candidate_alerts, reach_buckets, rules_frame, running_in_bucket
+from pipelines.engine.evaluate import candidate_alerts, rules_frame, running_in_bucket
 from pipelines.engine.faults import crash_point
 from pipelines.engine.latency import (
     ALERT_PREFIX,
@@ -47,16 +52,35 @@ from pipelines.engine.latency import (
     ingestion_percentiles,
     latency_metrics,
 )
-from pipelines.engine.maintenance import EnginePaths, maintain_states, record_intent_for
+from pipelines.engine.lookback import COORDINATES, with_coordinates
+from pipelines.engine.maintenance import forgotten_rule_ids, maintain_states, needs_maintenance
 from pipelines.engine.parse_transactions import bronze_rows, flag_duplicates, parse_raw, quarantine_rows
+from pipelines.engine.recovery import BATCH_LOG_WRITE, Attempt, EnginePaths, Pins
 from pipelines.engine.retention import cooldown_horizon_ms, retention_due, state_horizons
-from pipelines.engine.states import RulesCache, StateSpec, states_of
+from pipelines.engine.states import RulesCache, StateSpec, plan_states, states_of
+from pipelines.engine.table_cache import TableCache, materialize, release
 from pipelines.settings import Settings
 
 log = logging.getLogger(__name__)
-PROGRESS_ROWS_KEPT = 10
 AUTO_COMPACT_CONF = "spark.databricks.delta.autoCompact.enabled"
-TAGGED_KEEP = ("transactionId", "eventTime", "isLate", "ingestedAt")
+SHUFFLE_PARTITIONS_CONF = "spark.sql.shuffle.partitions"
+ADAPTIVE_CONF = "spark.sql.adaptive.enabled"
+ROWS_PER_PARTITION = 50_000
+TAGGED_KEEP = ("transactionId", "eventTime", "isLate", "ingestedAt", "batchId", "batchStartedAt")
+BATCH_CONSTANTS = StructType(
+    [
+        StructField("batchId", LongType(), False),
+        StructField("batchStartedAt", TimestampType(), False),
+        StructField("lateBeforeMs", LongType(), True),  # event times before this are late (null: nothing is)
+    ]
+)
+STATE_ROWS = (*TILE_COLUMNS, "lastBatchId", *COORDINATES)  # coordinates: computed once per tile, not per batch
+MEMORY_ROWS = ("ruleId", "keyValue", "lastAlertTimeMs", "lastBatchId")
+DETECTION_CONSTANTS = StructType(
+    [StructField("_detectedAt", TimestampType(), False), StructField("_rulesVersion", LongType(), False)]
+)
+BROADCAST_PROBES_ROWS = 100_000
+"""Up to this many (transaction, state) rows, a batch's lookback probes are broadcast (no shuffle of the state)."""
 
 
 def _utcnow() -> dt.datetime:
@@ -85,12 +109,12 @@ class _Background:
     """Writes running on a small thread pool; leaving the block waits for all and raises the first error."""
 
     def __init__(self) -> None:
-        self._pool = ThreadPoolExecutor(max_workers=3, thread_name_prefix="fraudlake-write")
+        self._pool = ThreadPoolExecutor(max_workers=5, thread_name_prefix="fraudlake-write")
         self._futures: list[Future[None]] = []
 
-    def submit(self, point: str, batch_id: int, write: Callable[..., None], *args: Any) -> None:
+    def submit(self, point: str, batch_id: int, write: Callable[[], None]) -> None:
         def run() -> None:
-            write(*args)
+            write()
             crash_point(point, batch_id)
 
         self._futures.append(self._pool.submit(run))
@@ -123,9 +147,18 @@ class BatchHandler:
         self.alerts_to_kafka = settings.engine.alerts_to_kafka if alerts_to_kafka is None else alerts_to_kafka
         self.report = report or (lambda line: print(line, flush=True))
         self.last_counts: dict[str, int] = {}
-        self._cache = RulesCache(self.paths.rules, self.paths.rule_states, settings.transaction_schema)
-        self._previous: dict[str, Any] | None = None  # ledger row of the last batch this handler completed
+        self.last_steps: dict[str, float] = {}  # step timings (ms) of the last batch
         self.last_latency: dict[str, float] = {}  # latency metrics of the last batch (pipelines.engine.latency)
+        self._rules = RulesCache(self.paths.rules, self.paths.rule_states, settings.transaction_schema)
+        bucket_ms = settings.engine.bucket_seconds * 1000
+        self._state = TableCache(
+            self.paths.bucket_state,
+            fold=lambda rows: with_coordinates(fold_tiles(rows), bucket_ms=bucket_ms),
+            columns=STATE_ROWS,
+        )
+        self._memory = TableCache(self.paths.alert_cooldown, fold=fold_memory, columns=MEMORY_ROWS)
+        self._previous: dict[str, Any] | None = None  # batch-log row of the last batch this handler completed
+        self._constants: DataFrame | None = None  # the batch's constants (BATCH_CONSTANTS), one row
         self._alerts_ingest_ms: list[int] | None = None  # ingestion quantiles of this batch's alerts
         self._alerts_committed_ms: float | None = None  # wall clock (epoch ms) when its alerts append committed
 
@@ -143,88 +176,90 @@ class BatchHandler:
         try:
             return self._process(batch, batch_id)
         except BaseException:
-            self._previous = None  # whatever failed, the next call must read the ledger again
+            # Whatever failed, the next call must recover from the tables, and reload what it reads.
+            self._previous = None
+            self._state.invalidate()
+            self._memory.invalidate()
             raise
 
     def _process(self, batch: DataFrame, batch_id: int) -> dict[str, int]:
         spark, app, steps = batch.sparkSession, self.app_id, _Steps()
+        continuing = self._previous is not None and self._previous["batchId"] == batch_id - 1
+        # A handler that completed batch_id - 1 knows nobody has started batch_id; anyone else asks the tables.
+        attempt = Attempt.first(app, batch_id) if continuing else Attempt.recover(spark, self.paths, app, batch_id)
+        if attempt.complete:
+            self.report(f"batch {batch_id}: already committed; replay skipped")
+            return {}
+        previous = self._previous if continuing else previous_batch(spark, self.paths.batch_log, app, batch_id)
+        m_before = attempt.pins.m_before if attempt.pins else (previous or {}).get("maxEventTimeMs")
         # Delta's auto compaction runs synchronously after a commit: keep it off the hot path, on for the
         # batches that run retention (every retention_every_batches).
-        compact = retention_due(batch_id, self.settings.engine.retention_every_batches)
-        spark.conf.set(AUTO_COMPACT_CONF, str(compact).lower())
-        progress: dict[str, Any] | None = None
-        previous = self._previous if self._previous and self._previous["batchId"] == batch_id - 1 else None
-        if previous is None:  # first batch of this handler, or a replay: ask the ledger
-            if batch_logged(spark, self.paths.batch_log, app, batch_id):
-                self.report(f"batch {batch_id}: already committed; replay skipped")
-                return {}
-            progress = read_progress(spark, self.paths.progress, app, batch_id)
-            if progress is None:
-                previous = previous_progress(spark, self.paths.progress, app, batch_id)
-        # else: this handler completed batch_id - 1, so nobody can have started batch_id yet.
-        m_before = progress["maxEventTimeBefore"] if progress else previous["maxEventTimeAfter"] if previous else None
-        started = progress["startedAt"] if progress else _utcnow()
+        spark.conf.set(
+            AUTO_COMPACT_CONF, str(retention_due(batch_id, self.settings.engine.retention_every_batches)).lower()
+        )
+        # Shuffles sized to the batch (the last one's size, as this one's is not known yet): a few thousand rows in
+        # one task each, not spread over many tiny tasks whose fixed cost dwarfs their work.
+        spark.conf.set(SHUFFLE_PARTITIONS_CONF, str(self._partitions(spark, previous)))
+        # Adaptive execution plans one stage at a time, after the one before it finished: for a micro-batch's
+        # small, well-sized shuffles that doubles the stages (44 -> 24 per batch) for nothing to adapt.
+        spark.conf.set(ADAPTIVE_CONF, "false")
+        started = _utcnow()
         lateness_ms = self.settings.engine.allowed_lateness_seconds * 1000
-        late = F.lit(False) if m_before is None else F.col("eventTimeMs") < F.lit(m_before - lateness_ms)
+        # The batch's constants come in as a one-row frame, not as literals: a literal number is compiled into the
+        # generated code, which would then differ (and be compiled again) on every batch.
+        constants = local_frame(
+            spark,
+            [
+                {
+                    "batchId": batch_id,
+                    "batchStartedAt": started,
+                    "lateBeforeMs": None if m_before is None else m_before - lateness_ms,
+                }
+            ],
+            BATCH_CONSTANTS,
+        )
         # Cache the parse without this batch's constants (lateness bound, start time): Spark compiles the code of
         # a plan once and reuses it while the plan's text is the same, and the parse is the biggest piece.
         base = flag_duplicates(parse_raw(batch, self.settings.transaction_schema)).persist()
         cached: list[DataFrame] = [base]
-        parsed = base.withColumns(
+        self._constants = constants
+        parsed = base.crossJoin(F.broadcast(constants)).withColumns(
             {
-                "ingestedAt": F.coalesce("ingestedAt", F.lit(started).cast("timestamp")),
-                "isLate": F.col("reason").isNull() & late,
+                "ingestedAt": F.coalesce("ingestedAt", "batchStartedAt"),
+                "isLate": F.col("reason").isNull()
+                & F.coalesce(F.col("eventTimeMs") < F.col("lateBeforeMs"), F.lit(False)),
             }
         )
         try:
             stats = self._stats(parsed)
-            if stats["rows"] == 0 and progress is None:
+            if stats["rows"] == 0 and not attempt.committed:
                 return {}
-            if progress is None:
-                progress = record_intent_for(
-                    spark,
-                    self.settings,
-                    self._cache,
-                    app_id=app,
-                    batch_id=batch_id,
-                    started=started,
-                    previous=previous,
-                    batch_max_event_ms=stats["maxMs"],
-                )
-                crash_point("intent", batch_id)
-            steps.done("intent")
-            rules = self._cache.rules(spark, progress["rulesVersion"])
-            states = states_of(rules)
-            txn = Txn(app, batch_id)
-            if progress["status"] == PLANNED:
-                if previous is None:
-                    previous = previous_progress(spark, self.paths.progress, app, batch_id)
-                progress = maintain_states(spark, self.settings, self._cache, progress, states, txn, previous=previous)
-                crash_point("maintenance", batch_id)
-            steps.done("maintenance")
-            counts = self._write_batch(spark, parsed, progress, states, txn, stats, cached, steps)
-            counts.update(rules=len(rules), activeRules=sum(r.active for r in rules), states=len(states))
-            log_batch(
-                spark,
-                self.paths.batch_log,
-                {
-                    "job": app,
-                    "batchId": batch_id,
-                    "rulesVersion": progress["rulesVersion"],
-                    "startedAt": started,
-                    "finishedAt": _utcnow(),
-                    "durationMs": round(steps.total_seconds * 1000, 1),
-                    "counts": counts,
-                    "metrics": {**steps.ms, **self.last_latency},
-                },
-                txn=txn.part("batch-log"),
-            )
+            pins, states = self._pin(spark, attempt, previous, m_before)
+            crash_point("pinned", batch_id)  # not a write: a hook for tests (reads pinned, nothing evaluated)
+            steps.done("plan")
+            counts = self._write_batch(spark, parsed, attempt, pins, states, stats, cached, steps)
+            counts.update(rules=sum(len(s.rules) for s in states), states=len(states))
+            counts["activeRules"] = sum(len(s.active_rules) for s in states)
+            known = [m for m in (m_before, stats["maxMs"]) if m is not None]
+            row = {
+                "job": app,
+                "batchId": batch_id,
+                "rulesVersion": pins.rules,
+                "startedAt": started,
+                "finishedAt": _utcnow(),
+                "durationMs": round(steps.total_seconds * 1000, 1),
+                "counts": counts,
+                "metrics": {**steps.ms, **self.last_latency},
+                "maxEventTimeMs": max(known) if known else None,
+                "pins": {k: v for k, v in pins.as_map().items() if v is not None},
+            }
+            log_batch(spark, self.paths.batch_log, row, tag=attempt.tag(BATCH_LOG_WRITE, pins))
             crash_point("logged", batch_id)
-            self._previous = progress
-            self.last_counts = counts
+            self._previous = row
+            self.last_counts, self.last_steps = counts, steps.ms
             self.report(
                 f"batch {batch_id}: {counts['rows']} rows ({counts['late']} late, {counts['quarantined']} quarantined),"
-                f" {counts['alerts']} alerts, {steps.total_seconds:.1f} s, rules v{progress['rulesVersion']}"
+                f" {counts['alerts']} alerts, {steps.total_seconds:.1f} s, rules v{pins.rules}"
                 f" ({counts['activeRules']} active / {counts['rules']} live, {counts['states']} states)"
                 + (f", {format_latency(self.last_latency)}" if self.last_latency else "")
             )
@@ -232,6 +267,47 @@ class BatchHandler:
         finally:
             for frame in cached:
                 frame.unpersist()
+
+    def _pin(
+        self, spark: SparkSession, attempt: Attempt, previous: dict[str, Any] | None, m_before: int | None
+    ) -> tuple[Pins, list[StateSpec]]:
+        """The versions this batch reads (an earlier attempt's, or the newest), after any state maintenance."""
+        paths = self.paths
+        pins = attempt.pins or Pins(
+            rules=table_version(spark, paths.rules),
+            registry=table_version(spark, paths.rule_states),
+            bronze=table_version(spark, paths.bronze),
+            m_before=m_before,
+        )
+        states = states_of(self._rules.rules(spark, pins.rules))
+        if pins.ready:
+            return pins, states
+        previous_rules = previous["rulesVersion"] if previous else None
+        previous_live = (
+            None
+            if previous_rules is None
+            else {r.rule.rule_id for r in self._rules.rules(spark, previous_rules)}
+            if previous_rules != pins.rules
+            else {r.rule.rule_id for s in states for r in s.rules}
+        )
+        forgotten = forgotten_rule_ids(previous_live, states)
+        plan = plan_states(states, self._rules.registry(spark, pins.registry))
+        if needs_maintenance(plan, forgotten):
+            maintain_states(spark, self.settings, self._rules, attempt, pins, states, forgotten=forgotten)
+            crash_point("maintenance", attempt.batch_id)
+        ready = pins.evaluating(
+            state=table_version(spark, paths.bucket_state), cooldown=table_version(spark, paths.alert_cooldown)
+        )
+        return ready, states
+
+    def _partitions(self, spark: SparkSession, previous: dict[str, Any] | None) -> int:
+        """Shuffle partitions for this batch: one per ROWS_PER_PARTITION (transaction, state) rows of the last
+        batch, at least one, at most the cluster's parallelism."""
+        counts = (previous or {}).get("counts") or {}
+        if "rows" not in counts:
+            return self.settings.spark.shuffle_partitions
+        rows = int(counts["rows"]) * max(1, int(counts.get("states", 1)))
+        return max(1, min(-(-rows // ROWS_PER_PARTITION), int(spark.sparkContext.defaultParallelism)))
 
     @staticmethod
     def _stats(parsed: DataFrame) -> dict[str, Any]:
@@ -252,60 +328,51 @@ class BatchHandler:
         self,
         spark: SparkSession,
         parsed: DataFrame,
-        progress: dict[str, Any],
+        attempt: Attempt,
+        pins: Pins,
         states: Sequence[StateSpec],
-        txn: Txn,
-        stats: Any,
+        stats: dict[str, Any],
         cached: list[DataFrame],
         steps: _Steps,
     ) -> dict[str, int]:
-        engine, batch_id = self.settings.engine, txn.version
-        lateness_ms = engine.allowed_lateness_seconds * 1000
-        m_after = progress["maxEventTimeAfter"]
+        batch_id, paths = attempt.batch_id, self.paths
         valid = parsed.where(F.col("reason").isNull())
         quarantined = stats["rows"] - stats["valid"]
-        alerts = 0
+        alerts, written = 0, None
         self._alerts_ingest_ms = self._alerts_committed_ms = None
-        # Appends carry their own txn options, so they run beside the evaluation and the MERGEs (which use the
-        # session's txn confs one at a time, on this thread).
+        # Appends carry their own tags (writer options), so they run beside the evaluation.
         with _Background() as background:
-            if quarantined:
-                quarantine = quarantine_rows(parsed, batch_id=batch_id)
+            if quarantined and not attempt.done("quarantine"):
+                rows = quarantine_rows(parsed, batch_id=F.col("batchId"), now=F.col("batchStartedAt"))
+                tag = attempt.tag("quarantine", pins)
+                background.submit("quarantine", batch_id, lambda: append_tagged(rows, paths.quarantine, tag, files=1))
+            files = files_for(stats["valid"])
+            if stats["valid"] and not attempt.done("bronze"):
+                bronze = bronze_rows(
+                    valid, self.settings.transaction_schema, batch_id=F.col("batchId"), late=F.col("isLate")
+                )
+                bronze_tag = attempt.tag("bronze", pins)
                 background.submit(
-                    "quarantine", batch_id, append_idempotent, quarantine, self.paths.quarantine, txn.part("quarantine")
+                    "bronze", batch_id, lambda: append_tagged(bronze, paths.bronze, bronze_tag, files=files)
                 )
-            if stats["valid"]:
-                bronze = bronze_rows(valid, self.settings.transaction_schema, batch_id=batch_id, late=F.col("isLate"))
-                background.submit("bronze", batch_id, append_idempotent, bronze, self.paths.bronze, txn.part("bronze"))
             if states and stats["valid"]:
-                alerts = self._evaluate_and_merge(
-                    spark, valid, progress, states, txn, stats["minMs"], cached, steps, background
-                )
-        steps.done("writes")
+                written = self._evaluate(spark, valid, attempt, pins, states, stats, cached, background)
+        steps.done("evaluate")
+        # The caches move to the versions just written, on this thread, once no job reads them any more.
+        if written is not None:
+            alerts = written.alerts
+            self._take_over(spark, self._state, written.tiles, "state", attempt, _pinned(pins.state))
+            if written.memory is not None:
+                self._take_over(spark, self._memory, written.memory, "cooldown", attempt, _pinned(pins.cooldown))
         # Latency at the alerts' commit (or, without alerts, at the end of the batch's writes): latency.py
         committed_ms = self._alerts_committed_ms or time.time() * 1000
         self.last_latency = {
             **latency_metrics(ALERT_PREFIX, commit_ms=committed_ms, ingestion_ms=self._alerts_ingest_ms),
             **latency_metrics(EVALUATED_PREFIX, commit_ms=committed_ms, ingestion_ms=stats["ingestMs"]),
         }
-        if m_after is not None and retention_due(batch_id, engine.retention_every_batches):
-            trim_states(
-                spark,
-                self.paths.bucket_state,
-                state_horizons(
-                    states, high_water_ms=m_after, lateness_ms=lateness_ms, bucket_seconds=engine.bucket_seconds
-                ),
-                txn=txn.part("state-trim"),
-            )
-            forget_rules(
-                spark,
-                self.paths.alert_cooldown,
-                (),
-                older_than_ms=cooldown_horizon_ms(high_water_ms=m_after, lateness_ms=lateness_ms),
-                txn=txn.part("cooldown-trim"),
-            )
-            trim_progress(spark, self.paths.progress, txn.app_id, batch_id - PROGRESS_ROWS_KEPT)
-            crash_point("retention", batch_id)
+        known = [m for m in (pins.m_before, stats["maxMs"]) if m is not None]
+        if known and retention_due(batch_id, self.settings.engine.retention_every_batches):
+            self._compact(spark, attempt, pins, states, high_water_ms=max(known))
             steps.done("retention")
         return {
             "rows": stats["rows"],
@@ -315,87 +382,137 @@ class BatchHandler:
             "alerts": alerts,
         }
 
-    def _publish_alerts(self, rows: DataFrame, txn: Txn) -> None:
-        """The alerts append (idempotent), then the Kafka copy when configured (at-least-once)."""
-        append_idempotent(rows, self.paths.alerts, txn.part("alerts"))
+    def _evaluate(
+        self,
+        spark: SparkSession,
+        valid: DataFrame,
+        attempt: Attempt,
+        pins: Pins,
+        states: Sequence[StateSpec],
+        stats: dict[str, Any],
+        cached: list[DataFrame],
+        background: _Background,
+    ) -> _Written:
+        """Evaluate the batch; its tiles, alerts and cooldown memory are appended in the background."""
+        engine, batch_id = self.settings.engine, attempt.batch_id
+        bucket_ms = engine.bucket_seconds * 1000
+        files = files_for(stats["valid"] * len(states) * 3)  # at most three tiles (levels) per row and state
+        tagged = tag_rows(valid, states, bucket_ms=bucket_ms, keep=TAGGED_KEEP).persist()
+        cached.append(tagged)
+        # Materialized (a local checkpoint): the append and the evaluation read it, then the state cache keeps it.
+        assert self._constants is not None, "set by _process for the batch"
+        stamp = self._constants.select(
+            F.col("batchId").alias("lastBatchId"), F.col("batchStartedAt").alias("updatedAt")
+        )
+        batch_tiles = materialize(
+            with_coordinates(tiles(tagged, bucket_ms=bucket_ms), bucket_ms=bucket_ms).crossJoin(F.broadcast(stamp))
+        )
+        self._state.ensure(spark, _pinned(pins.state))
+        if not attempt.done("state"):
+            state_tag, state_path = attempt.tag("state", pins), self.paths.bucket_state
+            background.submit(
+                "state",
+                batch_id,
+                lambda: append_tiles(batch_tiles, state_path, batch_id=None, tag=state_tag, files=files),
+            )
+        written = _Written(batch_tiles)
+        active = [s for s in states if s.active_rules]
+        if not active:
+            return written
+        active_ids = [s.state_id for s in active]
+        rules = rules_frame(spark, states, bucket_seconds=engine.bucket_seconds)
+        prior = self._state.frame().where(F.col("stateId").isin(*active_ids))
+        # Late rows are not evaluated but count for the rows after them, also within their bucket.
+        running = running_in_bucket(tagged.where(F.col("stateId").isin(*active_ids))).where(~F.col("isLate"))
+        active_tiles = batch_tiles.where(F.col("stateId").isin(*active_ids))
+        small = stats["valid"] * len(active) <= BROADCAST_PROBES_ROWS
+        emitted = candidate_alerts(running, rules, prior, active_tiles, bucket_ms=bucket_ms, broadcast=small).persist()
+        cached.append(emitted)
+        if any(r.rule.cooldown_minutes for s in active for r in s.active_rules):
+            self._memory.ensure(spark, _pinned(pins.cooldown))
+            emitted = apply_cooldown(emitted, fold_memory(self._memory.frame())).persist()
+            cached.append(emitted)
+        counted = emitted.agg(F.count(F.lit(1)), ingestion_percentiles(F.col("ingestedAt"))).first()
+        written.alerts, self._alerts_ingest_ms = (counted[0], counted[1]) if counted else (0, None)
+        if written.alerts:
+            detection = local_frame(spark, [(_utcnow(), pins.rules)], DETECTION_CONSTANTS)
+            rows = alert_rows(
+                emitted.crossJoin(F.broadcast(detection)),
+                rules_version=F.col("_rulesVersion"),
+                batch_id=F.col("batchId"),
+                detected_at=F.col("_detectedAt"),
+            ).persist()
+            cached.append(rows)
+            if not attempt.done("alerts"):
+                alerts_tag = attempt.tag("alerts", pins)
+                background.submit("alerts", batch_id, lambda: self._publish_alerts(rows, alerts_tag))
+            memory = materialize(last_alert_times(emitted).crossJoin(F.broadcast(stamp)))
+            written.memory = memory  # the memory cache takes it over after the append
+            if not attempt.done("cooldown"):
+                memory_tag, memory_path = attempt.tag("cooldown", pins), self.paths.alert_cooldown
+                background.submit(
+                    "cooldown",
+                    batch_id,
+                    lambda: append_last_alerts(memory, memory_path, batch_id=None, tag=memory_tag, files=1),
+                )
+        return written
+
+    def _take_over(
+        self, spark: SparkSession, cache: TableCache, frame: DataFrame, write: str, attempt: Attempt, read: int
+    ) -> None:
+        """Give the cache the frame this batch appended (or, if an earlier attempt did, make it reload)."""
+        if attempt.done(write):
+            cache.invalidate()
+            release(frame)
+        else:
+            cache.appended(spark, frame, read_version=read)
+
+    def _publish_alerts(self, rows: DataFrame, tag: Any) -> None:
+        """The alerts append, then the Kafka copy when configured (at-least-once)."""
+        append_tagged(rows, self.paths.alerts, tag, files=1)
         self._alerts_committed_ms = time.time() * 1000
         if self.alerts_to_kafka:
             write_alerts_to_kafka(rows, self.settings)
 
-    def _evaluate_and_merge(
-        self,
-        spark: SparkSession,
-        valid: DataFrame,
-        progress: dict[str, Any],
-        states: Sequence[StateSpec],
-        txn: Txn,
-        min_event_ms: int,
-        cached: list[DataFrame],
-        steps: _Steps,
-        background: _Background,
-    ) -> int:
-        """Evaluate the batch against the pinned state, write alerts and cooldowns, then MERGE its tiles."""
-        engine, batch_id = self.settings.engine, txn.version
-        bucket_ms = engine.bucket_seconds * 1000
-        tagged = tag_rows(valid, states, bucket_ms=bucket_ms, keep=TAGGED_KEEP).persist()
-        batch_tiles = tiles(tagged, bucket_ms=bucket_ms).persist()
-        cached.extend([tagged, batch_tiles])
-        active_ids = [s.state_id for s in states if s.active_rules]
-        alerts = 0
-        if active_ids:
-            rules = rules_frame(spark, states, bucket_seconds=engine.bucket_seconds)
-            reach = max(
-                reach_buckets(r.rule.window_minutes, engine.bucket_seconds) for s in states for r in s.active_rules
+    def _compact(
+        self, spark: SparkSession, attempt: Attempt, pins: Pins, states: Sequence[StateSpec], *, high_water_ms: int
+    ) -> None:
+        """Retention: rewrite the state and the cooldown memory folded, without what no lookback can reach."""
+        engine = self.settings.engine
+        lateness_ms = engine.allowed_lateness_seconds * 1000
+        if not attempt.done("state-compact"):
+            horizons = state_horizons(
+                states, high_water_ms=high_water_ms, lateness_ms=lateness_ms, bucket_seconds=engine.bucket_seconds
             )
-            prior = (
-                spark.read.format("delta")
-                .option("versionAsOf", progress["stateVersion"])
-                .load(self.paths.bucket_state)
-                .where(F.col("stateId").isin(*active_ids))
-                # Only tiles a lookback of this batch can reach (file skipping; less to join).
-                .where(reachable_tiles((min_event_ms // bucket_ms - reach) * bucket_ms, bucket_ms=bucket_ms))
-            )
-            active_rows = tagged.where(F.col("stateId").isin(*active_ids))
-            # Late rows are not evaluated but count for the rows after them, also within their bucket.
-            running = running_in_bucket(active_rows).where(~F.col("isLate"))
-            active_tiles = batch_tiles.where(F.col("stateId").isin(*active_ids))
-            emitted = candidate_alerts(running, rules, prior, active_tiles, bucket_ms=bucket_ms).persist()
-            cached.append(emitted)
-            if any(r.rule.cooldown_minutes for s in states for r in s.active_rules):
-                memory = (
-                    spark.read.format("delta")
-                    .option("versionAsOf", progress["cooldownVersion"])
-                    .load(self.paths.alert_cooldown)
-                )
-                emitted = apply_cooldown(emitted, memory).persist()
-                cached.append(emitted)
-            counted = emitted.agg(F.count(F.lit(1)), ingestion_percentiles(F.col("ingestedAt"))).first()
-            alerts, self._alerts_ingest_ms = (counted[0], counted[1]) if counted else (0, None)
-            steps.done("evaluate")
-            if alerts:
-                rows = alert_rows(
-                    emitted, rules_version=progress["rulesVersion"], batch_id=batch_id, detected_at=_utcnow()
-                ).persist()
-                cached.append(rows)
-                background.submit("alerts", batch_id, self._publish_alerts, rows, txn)
-                merge_last_alerts(
-                    spark,
-                    self.paths.alert_cooldown,
-                    last_alert_times(emitted),
-                    batch_id=batch_id,
-                    txn=txn.part("cooldown"),
-                )
-                crash_point("cooldown", batch_id)
-                steps.done("alerts")
-        merge_tiles(
-            spark,
-            self.paths.bucket_state,
-            batch_tiles,
-            state_ids=[s.state_id for s in states],
-            lowest_starts=lowest_tile_starts(min_event_ms, bucket_ms=bucket_ms),
-            batch_id=batch_id,
-            txn=txn.part("state"),
-        )
-        crash_point("state", batch_id)
-        steps.done("state")
-        return alerts
+            read = table_version(spark, self.paths.bucket_state)
+            self._state.ensure(spark, read)
+            folded = with_coordinates(fold_tiles(self._state.frame()), bucket_ms=engine.bucket_seconds * 1000)
+            folded = folded.where(trim_condition(horizons))
+            folded = materialize(folded.withColumn("updatedAt", F.current_timestamp()))
+            compact_tiles(folded, self.paths.bucket_state, tag=attempt.tag("state-compact", pins))
+            self._state.reset(spark, folded, written_version=read + 1)
+        if not attempt.done("cooldown-compact"):
+            horizon = cooldown_horizon_ms(high_water_ms=high_water_ms, lateness_ms=lateness_ms)
+            read = table_version(spark, self.paths.alert_cooldown)
+            self._memory.ensure(spark, read)
+            kept = fold_memory(self._memory.frame()).where(F.col("lastAlertTimeMs") >= F.lit(horizon))
+            kept = materialize(kept.withColumn("updatedAt", F.current_timestamp()))
+            compact_memory(kept, self.paths.alert_cooldown, tag=attempt.tag("cooldown-compact", pins))
+            self._memory.reset(spark, kept, written_version=read + 1)
+        crash_point("retention", attempt.batch_id)
+
+
+@dataclass
+class _Written:
+    """What the evaluation hands back: the batch's tiles and cooldown rows (persisted; appended in the
+    background, then taken over by the caches) and its alert count."""
+
+    tiles: DataFrame
+    alerts: int = 0
+    memory: DataFrame | None = None
+
+
+def _pinned(version: int | None) -> int:
+    if version is None:
+        raise RuntimeError("the state and cooldown versions are pinned before evaluation")
+    return version

@@ -150,7 +150,7 @@ def evaluate(points: DataFrame, ranges: DataFrame, rules: DataFrame) -> DataFram
     # Ranges are per (point, reach), not per rule: they are joined to the rows once per reach (a shuffle join over
     # rows x reaches), then the rows fan out to the rules (a broadcast join, no shuffle). Joining the rules first
     # would shuffle rows x rules (5x more with five rules per state: docs/benchmarks.md, profile).
-    with_ranges = points.join(ranges, list(POINT_KEYS), "left")
+    with_ranges = points.join(ranges.hint("shuffle_hash"), list(POINT_KEYS), "left")  # no sort of either side
     per_rule = with_ranges.join(F.broadcast(rules), ["stateId", "reach"]).where(
         F.col("countsTransactions") | F.col("value").isNotNull()
     )
@@ -159,10 +159,19 @@ def evaluate(points: DataFrame, ranges: DataFrame, rules: DataFrame) -> DataFram
 
 
 def candidate_alerts(
-    running: DataFrame, rules: DataFrame, prior_tiles: DataFrame, batch_tiles: DataFrame, *, bucket_ms: int
+    running: DataFrame,
+    rules: DataFrame,
+    prior_tiles: DataFrame,
+    batch_tiles: DataFrame,
+    *,
+    bucket_ms: int,
+    broadcast: bool = False,
 ) -> DataFrame:
     """``evaluate`` over the lookbacks of ``running``'s (state, key, bucket) points: the engine's and the backtest's
-    one evaluation chain. ``running``: rows to evaluate with their running columns (``running_in_bucket``)."""
+    one evaluation chain. ``running``: rows to evaluate with their running columns (``running_in_bucket``);
+    ``broadcast``: see ``lookback.range_aggregates``."""
     points = running.join(F.broadcast(rules.select("stateId", "reach").distinct()), "stateId")
-    ranges = range_aggregates(points.select(*POINT_KEYS).distinct(), prior_tiles, batch_tiles, bucket_ms=bucket_ms)
+    ranges = range_aggregates(
+        points.select(*POINT_KEYS).distinct(), prior_tiles, batch_tiles, bucket_ms=bucket_ms, broadcast=broadcast
+    )
     return evaluate(points, ranges, rules)

@@ -2,8 +2,10 @@
 
 Set ``FRAUDLAKE_FAULT=<point>@<batchId>`` (e.g. ``state@1``) in the environment of a ``fraudlake run``; the
 engine calls ``crash_point(point, batch_id)`` after each of its writes. Unset (always, in production) it does
-nothing. The points: ``intent``, ``maintenance``, ``quarantine``, ``bronze``, ``alerts``, ``cooldown``, ``state``,
-``retention``, ``logged`` (after the batch log, before the batch is marked done) and ``done``.
+nothing. The points: ``maintenance`` (after state maintenance, when the rules needed some), ``pinned`` (every read
+pinned, nothing written yet), ``quarantine``, ``bronze``, ``state``, ``alerts``, ``cooldown`` (these five run in
+parallel threads: when one fires, the others may or may not have committed), ``retention`` and ``logged`` (after
+the batch log, before the checkpoint commit).
 """
 
 from __future__ import annotations

@@ -110,24 +110,30 @@ def flag_duplicates(parsed: DataFrame) -> DataFrame:
     )
 
 
-def quarantine_rows(parsed: DataFrame, *, batch_id: int) -> DataFrame:
+def as_column(value: int | Column, data_type: str = "long") -> Column:
+    """A per-batch value as a column: a literal, or (the engine's hot path) a column of the batch's constants,
+    which keeps the generated code the same from batch to batch (a literal number is compiled into the code)."""
+    return value if isinstance(value, Column) else F.lit(value).cast(data_type)
+
+
+def quarantine_rows(parsed: DataFrame, *, batch_id: int | Column, now: Column | None = None) -> DataFrame:
     """The invalid records as quarantine rows (QUARANTINE_SCHEMA), ``source = 'transactions'``."""
     identity = F.concat_ws("\u0001", "source", F.coalesce("sourceOffset", F.lit("")), F.coalesce("raw", F.lit("")))
-    now = F.current_timestamp()
+    now = F.current_timestamp() if now is None else now
     frame = parsed.where(F.col("reason").isNotNull()).select(
         F.sha2(identity, 256).alias("quarantineId"),
         F.lit("transactions").alias("source"),
         F.col("sourceOffset"),
         F.col("raw").alias("rawPayload"),
         F.col("reason"),
-        F.lit(batch_id).cast("long").alias("batchId"),
+        as_column(batch_id).alias("batchId"),
         now.alias("quarantinedAt"),
         F.to_date(now).alias("quarantineDate"),
     )
     return frame.select(*[F.col(f.name).cast(f.dataType) for f in QUARANTINE_SCHEMA.fields])
 
 
-def bronze_rows(valid: DataFrame, schema: TransactionSchema, *, batch_id: int, late: Column) -> DataFrame:
+def bronze_rows(valid: DataFrame, schema: TransactionSchema, *, batch_id: int | Column, late: Column) -> DataFrame:
     """Valid transactions as bronze rows: typed fields, extras, arrival, batch and the ``isLate`` flag."""
     return valid.select(
         *schema.names(),
@@ -138,6 +144,6 @@ def bronze_rows(valid: DataFrame, schema: TransactionSchema, *, batch_id: int, l
         "sourceOffset",
         "kafkaPartition",
         "kafkaOffset",
-        F.lit(batch_id).cast("long").alias("batchId"),
+        as_column(batch_id).alias("batchId"),
         late.alias("isLate"),
     )

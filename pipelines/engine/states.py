@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from pyspark.sql import SparkSession
 
@@ -150,20 +151,30 @@ def plan_states(states: Sequence[StateSpec], registry: Mapping[str, RegistryEntr
 
 
 class RulesCache:
-    """The rules in force and the state registry by table version: read once per version, not once per batch."""
+    """The rules in force and the state registry by table version: each version read once, not once per batch
+    (the last few versions are kept: a batch after a rule change also looks at the previous batch's rules)."""
+
+    KEPT = 4
 
     def __init__(self, rules_path: str, registry_path: str, schema: TransactionSchema) -> None:
         self._paths = (rules_path, registry_path)
         self._schema = schema
-        self._rules: tuple[int, list[LiveRule]] | None = None
-        self._registry: tuple[int, dict[str, RegistryEntry]] | None = None
+        self._rules: dict[int, list[LiveRule]] = {}
+        self._registry: dict[int, dict[str, RegistryEntry]] = {}
 
     def rules(self, spark: SparkSession, version: int) -> list[LiveRule]:
-        if self._rules is None or self._rules[0] != version:
-            self._rules = (version, read_live_rules(spark, self._paths[0], version=version, schema=self._schema))
-        return self._rules[1]
+        if version not in self._rules:
+            self._rules[version] = read_live_rules(spark, self._paths[0], version=version, schema=self._schema)
+            _trim(self._rules, self.KEPT)
+        return self._rules[version]
 
     def registry(self, spark: SparkSession, version: int) -> dict[str, RegistryEntry]:
-        if self._registry is None or self._registry[0] != version:
-            self._registry = (version, read_registry(spark, self._paths[1], version=version))
-        return self._registry[1]
+        if version not in self._registry:
+            self._registry[version] = read_registry(spark, self._paths[1], version=version)
+            _trim(self._registry, self.KEPT)
+        return self._registry[version]
+
+
+def _trim(by_version: dict[int, Any], kept: int) -> None:
+    for version in sorted(by_version)[:-kept]:
+        del by_version[version]

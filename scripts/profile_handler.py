@@ -1,0 +1,163 @@
+"""Profile the engine's foreachBatch handler in-process, batch by batch: wall time, driver CPU, JVM CPU.
+
+Usage (from the repository root, after scripts/setup.sh)::
+
+    .venv/bin/python scripts/profile_handler.py --rows 2000 --batches 8 [--cprofile out.prof] [--conf k=v ...]
+
+A fresh lakehouse under .work/profile-handler (20 rules in 4 states, 1-hour windows, 10,000 keys, as the bench's
+throughput runs), then ``BatchHandler.process`` called directly on each JSON-lines file read as a RAW_SCHEMA
+frame (no streaming query around it). Per batch it prints wall seconds, the Python driver's CPU seconds and the
+JVM's CPU seconds (``/proc``), which stay meaningful on a loaded machine where wall time does not; ``--cprofile``
+writes a cProfile of the batches after the first (open with ``python -m pstats``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import os
+import shutil
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
+
+from pyspark.sql import functions as F  # noqa: E402
+
+from pipelines.bench.engine_runs import lakehouse_for  # noqa: E402
+from pipelines.bench.workload import Workload, rule_set, transactions, write_batches  # noqa: E402
+from pipelines.engine.batch_handler import BatchHandler  # noqa: E402
+from pipelines.engine.parse_transactions import RAW_COLUMNS  # noqa: E402
+from pipelines.settings import load_settings  # noqa: E402
+from pipelines.spark_session import get_spark  # noqa: E402
+
+
+def _jvm_cpu_seconds() -> float:
+    """CPU seconds of the Java children of this process (the Spark driver JVM)."""
+    total = 0.0
+    ticks = os.sysconf("SC_CLK_TCK")
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(stat[1]) == os.getpid() and b"java" in cmd:
+            total += (int(stat[11]) + int(stat[12])) / ticks
+    return total
+
+
+def _codegen(spark: Any) -> tuple[int, float]:
+    """(classes compiled, compilation ms) so far: Spark's CodegenMetrics histograms."""
+    metrics = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics
+    timer = metrics.METRIC_COMPILATION_TIME()
+    return int(timer.getCount()), float(
+        timer.getSnapshot().getValues().__len__() and sum(timer.getSnapshot().getValues())
+    )
+
+
+def _stages(spark: Any) -> tuple[int, int, int]:
+    """(SQL executions, stages, tasks) so far, from the Spark UI's REST API."""
+    api = f"{spark.sparkContext.uiWebUrl}/api/v1/applications/{spark.sparkContext.applicationId}"
+    with urllib.request.urlopen(f"{api}/stages") as response:
+        stages = json.load(response)
+    with urllib.request.urlopen(f"{api}/sql?length=100000&details=false") as response:
+        executions = len(json.load(response))
+    return executions, len(stages), sum(s["numTasks"] for s in stages)
+
+
+def _delta(now: tuple[int, float], before: tuple[int, float]) -> str:
+    return f"{now[0] - before[0]} classes"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=2000)
+    parser.add_argument("--batches", type=int, default=8)
+    parser.add_argument("--keys", type=int, default=10_000)
+    parser.add_argument("--rules", type=int, default=20)
+    parser.add_argument("--states", type=int, default=4)
+    parser.add_argument("--conf", action="append", default=[], help="extra Spark conf key=value")
+    parser.add_argument("--cprofile", help="write a cProfile of the batches after the first here")
+    parser.add_argument("--stages", action="store_true", help="list the Spark stages of the last batch")
+    parser.add_argument("--sql", help="write the last batch's SQL executions (plan nodes with metrics) here")
+    parser.add_argument("--jfr", help="write a Java Flight Recording of the JVM over the batches after the second")
+    args = parser.parse_args()
+
+    base = load_settings()
+    extra = dict(item.split("=", 1) for item in args.conf)
+    base = base.model_copy(update={"spark": base.spark.model_copy(update={"extra_conf": extra, "ui_enabled": True})})
+    spark = get_spark(base, "fraudlake-profile-handler")
+    work = (REPO_ROOT / ".work" / "profile-handler").resolve()
+    shutil.rmtree(work, ignore_errors=True)
+    rules = rule_set(args.rules, window_minutes=60, states=args.states)
+    settings = lakehouse_for(base, str(work / "lakehouse"), rules, spark=spark)
+    workload = Workload(count=args.rows * args.batches, keys=args.keys, rate_per_second=max(50.0, args.keys / 6))
+    write_batches(transactions(workload), work / "landing", batch_size=args.rows)
+    files = sorted((work / "landing").glob("*.jsonl"))
+    handler = BatchHandler(settings, app_id="engine-profile", report=print)
+    profiler = cProfile.Profile() if args.cprofile else None
+    for batch_id, path in enumerate(files):
+        raw = (
+            spark.read.text(str(path))
+            .select(
+                F.col("value").alias("raw"),
+                F.lit("files").alias("source"),
+                F.lit(f"file:{path}").alias("sourceOffset"),
+                F.lit(None).cast("int").alias("kafkaPartition"),
+                F.lit(None).cast("long").alias("kafkaOffset"),
+                F.lit(None).cast("timestamp").alias("ingestedAt"),
+            )
+            .select(*RAW_COLUMNS)
+        )
+        stages = _stages(spark)
+        last_execution, last_stage = stages[0], stages[1]
+        wall, cpu, jvm, compiled = time.perf_counter(), time.process_time(), _jvm_cpu_seconds(), _codegen(spark)
+        if profiler and batch_id:
+            profiler.enable()
+        if args.jfr and batch_id == 2:
+            recording = spark._jvm.jdk.jfr.Recording(spark._jvm.jdk.jfr.Configuration.getConfiguration("profile"))
+            recording.start()
+        handler.process(raw, batch_id)
+        if profiler:
+            profiler.disable()
+        spent = " / ".join(str(a - b) for a, b in zip(_stages(spark), stages, strict=True))
+        print(
+            f"  batch {batch_id}: wall {time.perf_counter() - wall:.2f} s, python cpu {time.process_time() - cpu:.2f}"
+            f" s, jvm cpu {_jvm_cpu_seconds() - jvm:.2f} s, codegen {_delta(_codegen(spark), compiled)},"
+            f" {spent} executions / stages / tasks; steps {handler.last_steps}",
+            flush=True,
+        )
+    if args.stages:
+        api = f"{spark.sparkContext.uiWebUrl}/api/v1/applications/{spark.sparkContext.applicationId}"
+        with urllib.request.urlopen(f"{api}/stages") as response:
+            stages = json.load(response)
+        last = [s for s in stages if s["stageId"] >= last_stage]
+        for stage in sorted(last, key=lambda s: s["stageId"]):
+            print(
+                f"  stage {stage['stageId']:5d} {stage['status']:8s} tasks {stage['numTasks']:3d}"
+                f" run {stage.get('executorRunTime', 0):5d} ms  {stage['name'][:60]}"
+            )
+    if args.sql:
+        api = f"{spark.sparkContext.uiWebUrl}/api/v1/applications/{spark.sparkContext.applicationId}"
+        with urllib.request.urlopen(f"{api}/sql?length=100000&details=true&planDescription=false") as response:
+            executions = json.load(response)
+        Path(args.sql).write_text(json.dumps(executions[last_execution:], indent=1), encoding="utf-8")
+    if profiler and args.cprofile:
+        profiler.dump_stats(args.cprofile)
+    if args.jfr and args.batches > 2:
+        recording.stop()
+        recording.dump(spark._jvm.java.io.File(args.jfr).toPath())
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

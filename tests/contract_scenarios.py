@@ -1,0 +1,289 @@
+"""Random contract scenarios: rule sets, rule lifecycles between micro-batches, and transaction batches.
+
+One seed gives one scenario (``scenario(seed)``), reproducibly, so a failing seed can be replayed alone
+(``FRAUDLAKE_CONTRACT_SEEDS=1234 pytest tests/test_engine_contract_random.py``). The scenario exercises what
+the contract says and the fixed contract test does not reach by construction:
+
+* rules: every aggregator and limit operator, the COUNT pseudo-field, 0-3 grouping keys (a boolean key
+  included), windows from 1 minute to 2 days, filters of any shape (all / any / not, every leaf operator on
+  numeric, string and boolean fields, IN lists), cooldowns;
+* lifecycles between batches, on the *same* rule id: limit, window (widened or narrowed), filter, grouping keys,
+  aggregator and field changed; paused, resumed, deleted, disabled, re-created;
+* batches: equal timestamps, bucket edges, late and almost-late rows, nulls and missing fields, negative and zero
+  amounts, invalid records (not JSON, a required field missing, a field of the wrong type, an exact duplicate);
+* settings: bucket sizes of 20 s to 5 min, lateness, retention every batch or (in effect) never.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from rules_cdc.rule_model import COUNT_FIELD, Rule, RuleState
+
+MIN = 60_000
+T0 = 1_700_006_400_000  # a UTC midnight: day tiles start here
+
+NUMERIC_FIELDS = ("payerId", "beneficiaryId", "paymentAmount")
+KEY_FIELDS = ("payerId", "beneficiaryId", "paymentType", "channel", "flagged")
+WINDOWS = (1, 2, 3, 5, 7, 30, 61, 180, 1440, 1500, 2880)
+BUCKET_SECONDS = (20, 30, 60, 60, 60, 120, 300)
+STRING_VALUES = {
+    "paymentType": ("CSH", "CRD", "TRF"),
+    "channel": ("WEB", "POS", "ATM"),
+    "country": ("DE", "FR", "NL"),
+}
+NUMERIC_VALUES = {
+    "payerId": (1, 2, 3),
+    "beneficiaryId": (10, 11, 12),
+    "paymentAmount": (Decimal("-5.00"), Decimal("0"), Decimal("20.50"), 50, 75, Decimal("99.99"), 150),
+}
+NUMERIC_OPS = ("GREATER", "GREATER_EQUAL", "LESS", "LESS_EQUAL", "EQUAL", "NOT_EQUAL", "IN")
+STRING_OPS = ("EQUAL", "NOT_EQUAL", "IN", "GREATER", "LESS_EQUAL")
+
+
+@dataclass
+class Scenario:
+    """What one seed drives through the engine: settings knobs, then (live rules, tombstones, records) per batch."""
+
+    seed: int
+    bucket_seconds: int
+    allowed_lateness_seconds: int
+    retention_every_batches: int
+    batches: list[Batch] = field(default_factory=list)
+
+
+@dataclass
+class Batch:
+    live: list[Rule]  # ACTIVE and PAUSED rules in force for this batch
+    deleted: list[int]  # ids tombstoned before this batch (DELETED)
+    disabled: list[Rule]  # rules tombstoned by disabled = true before this batch
+    transactions: list[dict[str, Any]]  # valid records (the reference's input)
+    invalid: list[str]  # raw lines the engine must quarantine
+
+
+# ---- rules ----------------------------------------------------------------------------------------------------
+
+
+def _leaf(rng: random.Random) -> dict[str, Any]:
+    kind = rng.choice(("numeric", "numeric", "string", "string", "boolean"))
+    if kind == "boolean":
+        return {"field": "flagged", "op": rng.choice(("EQUAL", "NOT_EQUAL")), "value": rng.random() < 0.5}
+    if kind == "string":
+        name = rng.choice(tuple(STRING_VALUES))
+        op = rng.choice(STRING_OPS)
+        pool = STRING_VALUES[name]
+        value: Any = list(rng.sample(pool, rng.randint(1, 2))) if op == "IN" else rng.choice(pool)
+        return {"field": name, "op": op, "value": value}
+    name = rng.choice(NUMERIC_FIELDS)
+    op = rng.choice(NUMERIC_OPS)
+    pool = NUMERIC_VALUES[name]
+    value = [_plain(v) for v in rng.sample(pool, rng.randint(1, 3))] if op == "IN" else _plain(rng.choice(pool))
+    return {"field": name, "op": op, "value": value}
+
+
+def _plain(value: Any) -> Any:
+    """Numbers as a JSON filter holds them: ints stay ints, decimals become floats of the same digits."""
+    return float(value) if isinstance(value, Decimal) else value
+
+
+def random_filter(rng: random.Random, depth: int = 0) -> dict[str, Any] | None:
+    """A filter tree (or None) of depth at most 3."""
+    if depth == 0 and rng.random() < 0.35:
+        return None
+    pick = rng.random()
+    if depth >= 2 or pick < 0.45:
+        return _leaf(rng)
+    if pick < 0.65:
+        return {"not": random_filter(rng, depth + 1) or _leaf(rng)}
+    children = [random_filter(rng, depth + 1) or _leaf(rng) for _ in range(rng.randint(1, 3))]
+    return {("all" if pick < 0.85 else "any"): children}
+
+
+def _aggregation(rng: random.Random) -> dict[str, Any]:
+    """Aggregator, field, operator and a limit that alerts now and then on the generated data."""
+    aggregator = rng.choice(("SUM", "COUNT", "AVG", "MIN", "MAX"))
+    if aggregator == "COUNT":
+        name = rng.choice(("COUNT", "paymentAmount", "payerId"))
+    elif aggregator == "SUM" and rng.random() < 0.2:
+        name = COUNT_FIELD
+    else:
+        name = rng.choice(("paymentAmount", "paymentAmount", "beneficiaryId"))
+    operator = rng.choice(("GREATER", "GREATER_EQUAL", "LESS", "LESS_EQUAL", "EQUAL", "NOT_EQUAL"))
+    if aggregator == "COUNT" or name == COUNT_FIELD:
+        limit: Any = rng.randint(1, 6)
+    elif name == "beneficiaryId":
+        limit = rng.choice((10, 11, 12, 25, 40)) if aggregator != "SUM" else rng.choice((30, 60, 120))
+    elif aggregator == "SUM":
+        limit = rng.choice((0, 100, 250, Decimal("400.25"), 800))
+    elif aggregator == "AVG":
+        limit = rng.choice((Decimal("50.5"), 75, 100, Decimal("33.333333")))
+    else:
+        limit = rng.choice((0, Decimal("20.50"), 50, 150, Decimal("199.99")))
+    return {
+        "aggregatorFunctionType": aggregator,
+        "aggregateFieldName": name,
+        "limitOperatorType": operator,
+        "limit": limit,
+    }
+
+
+def random_rule(rng: random.Random, rule_id: int) -> Rule:
+    keys = rng.sample(KEY_FIELDS, rng.choice((0, 1, 1, 1, 2, 2, 3)))
+    data: dict[str, Any] = {
+        "ruleId": rule_id,
+        "groupingKeyNames": keys,
+        "windowMinutes": rng.choice(WINDOWS),
+        "filter": random_filter(rng),
+        "cooldownMinutes": rng.choice((None, None, None, 0, 1, 2, 5, 30)),
+        **_aggregation(rng),
+    }
+    return Rule.model_validate(data)
+
+
+def _changed(rng: random.Random, rule: Rule) -> Rule:
+    """The same rule id with one aspect changed (what an analyst's UPDATE does)."""
+    data = rule.to_json_dict()
+    what = rng.choice(("limit", "window", "filter", "keys", "aggregator", "cooldown"))
+    if what == "limit":
+        data["limit"] = _aggregation(rng)["limit"]
+    elif what == "window":
+        data["windowMinutes"] = rng.choice(WINDOWS)
+    elif what == "filter":
+        data["filter"] = random_filter(rng)
+    elif what == "keys":
+        data["groupingKeyNames"] = rng.sample(KEY_FIELDS, rng.choice((0, 1, 2, 3)))
+    elif what == "aggregator":
+        data.update(_aggregation(rng))
+    else:
+        data["cooldownMinutes"] = rng.choice((None, 0, 1, 3, 10))
+    return Rule.model_validate(data)
+
+
+def _with_state(rule: Rule, state: RuleState) -> Rule:
+    return rule.model_copy(update={"rule_state": state})
+
+
+# ---- transactions -------------------------------------------------------------------------------------------
+
+
+def _record(rng: random.Random, tx_id: str, event_time: int) -> dict[str, Any]:
+    amount = rng.choice(
+        (
+            Decimal(rng.randint(1, 20_000)) / 100,
+            Decimal(rng.randint(1, 20_000)) / 100,
+            Decimal(rng.randint(-500, 0)) / 100,
+            Decimal(0),
+            Decimal(rng.choice((20.5, 50, 75, 150))).quantize(Decimal("0.01")),
+        )
+    )
+    record: dict[str, Any] = {
+        "transactionId": tx_id,
+        "eventTime": event_time,
+        "payerId": rng.choice((1, 2, 3, None)),
+        "beneficiaryId": rng.choice((10, 11, 12, None)),
+        "paymentAmount": amount,
+        "paymentType": rng.choice(("CSH", "CRD", "TRF", None)),
+        "channel": rng.choice(("WEB", "POS", "ATM", None)),
+        "country": rng.choice(("DE", "FR", "NL", None)),
+        "flagged": rng.choice((True, False, None)),
+    }
+    # A null field is sometimes written as null, sometimes left out of the record.
+    return {k: v for k, v in record.items() if v is not None or rng.random() < 0.5}
+
+
+def _event_times(
+    rng: random.Random, n: int, center: int, bucket_ms: int, high_water: int | None, late_ms: int
+) -> list[int]:
+    times: list[int] = []
+    for _ in range(n):
+        pick = rng.random()
+        if pick < 0.15 and times:
+            t = rng.choice(times)  # an equal timestamp
+        elif pick < 0.35:
+            edge = (center // bucket_ms + rng.randint(-10, 10)) * bucket_ms
+            t = edge + rng.choice((0, -1, 1))  # on, just before or just after a bucket edge
+        elif pick < 0.45 and high_water is not None:
+            t = high_water - late_ms + rng.choice((-1, 0, 1, 60_000, -60_000, -3_600_000))  # (almost) late
+        else:
+            t = center + rng.randint(-15 * MIN, 15 * MIN)
+        times.append(t)
+    return times
+
+
+def _invalid(rng: random.Random, batch: int, valid: list[dict[str, Any]]) -> list[str]:
+    from engine_fixtures import json_line  # tests/ is on sys.path under pytest
+
+    lines = [
+        f'{{"transactionId": "b{batch}-broken"',
+        json.dumps({"transactionId": f"b{batch}-no-amount", "eventTime": T0}),
+        json.dumps({"transactionId": f"b{batch}-bad-payer", "eventTime": T0, "paymentAmount": 1, "payerId": "x"}),
+    ]
+    if valid:
+        lines.append(json_line(rng.choice(valid)))  # an exact duplicate of a valid record: one copy counts
+    return rng.sample(lines, rng.randint(1, len(lines)))
+
+
+# ---- the scenario -------------------------------------------------------------------------------------------
+
+
+def scenario(seed: int, *, batches: int = 5, rows_per_batch: int = 40) -> Scenario:
+    """A reproducible scenario for one seed."""
+    rng = random.Random(seed)
+    bucket_seconds = rng.choice(BUCKET_SECONDS)
+    lateness = rng.choice((0, 120, 300, 900))
+    result = Scenario(
+        seed=seed,
+        bucket_seconds=bucket_seconds,
+        allowed_lateness_seconds=lateness,
+        retention_every_batches=rng.choice((1, 2, 1000)),
+    )
+    bucket_ms = bucket_seconds * 1000
+    live: dict[int, Rule] = {i: random_rule(rng, i) for i in range(1, rng.randint(3, 7))}
+    gone: dict[int, Rule] = {}  # deleted or disabled: may come back
+    next_id = max(live) + 1
+    high_water: int | None = None
+    center = T0 + rng.randint(0, 30) * 60 * MIN
+    for batch_no in range(batches):
+        deleted: list[int] = []
+        disabled: list[Rule] = []
+        if batch_no:
+            for rule_id in sorted(live):
+                rule = live[rule_id]
+                pick = rng.random()
+                if pick < 0.2:
+                    live[rule_id] = _changed(rng, rule)
+                elif pick < 0.3:
+                    paused = rule.rule_state is RuleState.PAUSED
+                    live[rule_id] = _with_state(rule, RuleState.ACTIVE if paused else RuleState.PAUSED)
+                elif pick < 0.36:
+                    gone[rule_id] = live.pop(rule_id)
+                    deleted.append(rule_id)
+                elif pick < 0.4:
+                    gone[rule_id] = live.pop(rule_id)
+                    disabled.append(rule.model_copy(update={"disabled": True}))
+            for rule_id in sorted(gone):
+                if rule_id not in deleted and rule_id not in {r.rule_id for r in disabled} and rng.random() < 0.4:
+                    old = gone.pop(rule_id)  # re-created: maybe as it was, maybe changed
+                    live[rule_id] = _with_state(old if rng.random() < 0.5 else _changed(rng, old), RuleState.ACTIVE)
+            if rng.random() < 0.4:
+                live[next_id] = random_rule(rng, next_id)
+                next_id += 1
+            center += rng.choice((0, 2, 7, 45, 90, 600, 1500)) * MIN
+        times = _event_times(rng, rows_per_batch, center, bucket_ms, high_water, lateness * 1000)
+        records = [_record(rng, f"s{seed}-b{batch_no}-{i:03d}", t) for i, t in enumerate(times)]
+        result.batches.append(
+            Batch(
+                live=[live[i] for i in sorted(live)],
+                deleted=deleted,
+                disabled=disabled,
+                transactions=records,
+                invalid=_invalid(rng, batch_no, records),
+            )
+        )
+        latest = max(times)
+        high_water = latest if high_water is None else max(high_water, latest)
+    return result
