@@ -3,8 +3,10 @@
 A dedicated broker (its own data folder and free ports; the session's shared broker is left alone) feeds the
 engine's Kafka source. The engine runs continuously and catches up with a first set of transactions; the broker is
 stopped (SIGTERM) for a while and started again from the same data folder, and a second set is produced. The
-engine must either ride out the outage or fail loudly — then it is restarted from its checkpoint, as a scheduler
-would. In the end bronze holds every transaction once and the alerts are the contract's, each once.
+engine must ride out an outage this short (docs/reliability.md): Spark's Kafka source retries its offset requests
+(each bounded by the admin client's 60 s API timeout, three attempts), so the query stays up and takes the second
+set when the broker is back. In the end bronze holds every transaction once and the alerts are the contract's,
+each once.
 """
 
 from __future__ import annotations
@@ -118,19 +120,19 @@ def test_the_engine_recovers_from_a_broker_outage_without_loss_or_duplicates(
     first, second = _records(0), _records(1)
     _produce(own_broker, topic, first)
 
-    run, lines, failures = EngineRun(source="kafka"), list[str](), list[str]()
+    run, lines = EngineRun(source="kafka"), list[str]()
     query = start_engine(spark, settings, run, report=lines.append)
     try:
-        assert _wait_for(spark, settings, query, len(first), timeout_s=300)
+        assert _wait_for(spark, settings, query, len(first), timeout_s=300), query.exception()
         own_broker.stop()
         time.sleep(OUTAGE_SECONDS)  # triggers keep firing against a dead broker meanwhile
+        assert query.isActive, f"the query died during a {OUTAGE_SECONDS} s outage: {query.exception()}"
         own_broker.start()
         _produce(own_broker, topic, second)
-        if not _wait_for(spark, settings, query, len(first) + len(second), timeout_s=300):
-            failures.append(str(query.exception()).splitlines()[0][:200])  # failed loudly: restart from checkpoint
-            query = start_engine(spark, settings, run, report=lines.append)
-            assert _wait_for(spark, settings, query, len(first) + len(second), timeout_s=300)
+        rode_it_out = _wait_for(spark, settings, query, len(first) + len(second), timeout_s=300)
+        assert rode_it_out, f"the query failed after the broker came back: {query.exception()}"
         time.sleep(3)  # a trigger or two more: nothing must arrive twice
+        assert query.isActive and query.exception() is None
     finally:
         query.stop()
 
@@ -153,7 +155,6 @@ def test_the_engine_recovers_from_a_broker_outage_without_loss_or_duplicates(
         quarantined=0,
         lost=lost,
         duplicated=duplicated,
-        outcome=(f"query failed loudly ({failures[0]}), restarted from checkpoint" if failures else "rode it out")
-        + f"; {len(lines)} batches; alerts = contract",
+        outcome=f"rode it out (query never failed); {len(lines)} batches; alerts = contract",
         seconds=time.monotonic() - started,
     )

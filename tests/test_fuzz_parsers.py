@@ -129,13 +129,34 @@ def mutated(draw: st.DrawFn, documents: list[dict[str, Any]]) -> str:
 deep_nesting = st.integers(1, 20_000).map(lambda depth: "[" * depth + "]" * depth) | st.integers(1, 5000).map(
     lambda depth: '{"a":' * depth + "1" + "}" * depth
 )
+
+# What the parser must do with a generated value, decided from how it was generated (not by the parser's code):
+ACCEPT, REJECT, TOMBSTONE, EITHER = "accept", "reject", "tombstone", "either"
+
+
+def _expected_for_text(text: str) -> str:
+    """Arbitrary text: blank or ``null`` is a tombstone, any JSON object may be an event; anything else is rejected."""
+    if text.strip() in ("", "null"):
+        return TOMBSTONE
+    try:
+        document = json.loads(text)
+    except (ValueError, RecursionError):
+        return REJECT
+    return EITHER if isinstance(document, dict) else REJECT
+
+
+def _expected_for_json(value: Any) -> str:
+    """A JSON value of any shape: null is a tombstone, an object may be an event (``{"op": "t"}`` is one)."""
+    return TOMBSTONE if value is None else EITHER if isinstance(value, dict) else REJECT
+
+
 cdc_values = st.one_of(
-    mutated(VALID_EVENTS),
-    st.sampled_from([json.dumps(doc) for doc in VALID_EVENTS]),
-    st.text(max_size=64),
-    json_values.map(json.dumps),
-    deep_nesting,
-    st.none(),
+    mutated(VALID_EVENTS).map(lambda text: (EITHER, text)),
+    st.sampled_from([json.dumps(doc) for doc in VALID_EVENTS]).map(lambda text: (ACCEPT, text)),
+    st.text(max_size=64).map(lambda text: (_expected_for_text(text), text)),
+    json_values.map(lambda value: (_expected_for_json(value), json.dumps(value))),
+    deep_nesting.map(lambda text: (REJECT, text)),  # an array, or an object with an unknown field
+    st.none().map(lambda _: (TOMBSTONE, None)),
 )
 
 
@@ -146,12 +167,21 @@ def _check_reasons(reasons: list[str]) -> None:
 
 @FUZZ
 @given(values=st.lists(cdc_values, max_size=12))
-def test_the_cdc_parser_accounts_for_every_record(values: list[str | None], tally: dict[str, Counter[str]]) -> None:
-    records = [RawRecord(value, f"fuzz:{n}") for n, value in enumerate(values)]
+def test_the_cdc_parser_accounts_for_every_record(
+    values: list[tuple[str, str | None]], tally: dict[str, Counter[str]]
+) -> None:
+    records = [RawRecord(value, f"fuzz:{n}") for n, (_, value) in enumerate(values)]
     batch = parse_records(records, SCHEMA)  # must not raise, whatever the input
     assert len(batch.events) + len(batch.rejected) + batch.kafka_tombstones == len(records) == batch.records
     seen = Counter([e.source_offset for e in batch.events] + [r.record.offset for r in batch.rejected])
     assert all(count == 1 for count in seen.values())
+    # Each record went where its kind says: an untouched sample is an event, garbage is rejected (a silent
+    # acceptance fails here), a null is a tombstone; a mutated sample may go either way.
+    outcome = {e.source_offset: ACCEPT for e in batch.events} | {r.record.offset: REJECT for r in batch.rejected}
+    for record, (expected, _) in zip(records, values, strict=True):
+        got = outcome.get(record.offset, TOMBSTONE)
+        allowed = {ACCEPT, REJECT, TOMBSTONE} if expected == EITHER else {expected}
+        assert got in allowed, f"{record.offset}: {str(record.value)[:120]!r} was {got}, expected {expected}"
     _check_reasons([r.reason for r in batch.rejected])
     counts = tally.setdefault("Debezium rule events, parser only (parse_records)", Counter())
     applied = len(batch.events) + batch.kafka_tombstones
@@ -162,9 +192,22 @@ def test_the_cdc_parser_accounts_for_every_record(values: list[str | None], tall
 @given(value=st.binary(max_size=256) | st.text(max_size=64).map(lambda t: t.encode("utf-16")))
 def test_envelope_bytes_that_are_not_utf8_are_rejected_with_a_reason(value: bytes) -> None:
     try:
-        read_envelope(value)
+        text = value.decode("utf-8")
+    except UnicodeDecodeError:
+        with pytest.raises(EnvelopeError, match=r"^not UTF-8: ") as info:
+            read_envelope(value)
+        assert "\n" not in info.value.reason
+        return
+    # Valid UTF-8 bytes are read exactly as their text would be.
+    try:
+        as_text: Any = read_envelope(text)
     except EnvelopeError as error:
-        assert error.reason and "\n" not in error.reason
+        as_text = error.reason
+    try:
+        as_bytes: Any = read_envelope(value)
+    except EnvelopeError as error:
+        as_bytes = error.reason
+    assert as_bytes == as_text
 
 
 @pytest.fixture(scope="module")
@@ -193,12 +236,12 @@ _batch_ids = itertools.count()
 @SPARK_FUZZ
 @given(values=st.lists(cdc_values, min_size=1, max_size=15))
 def test_bad_cdc_records_are_quarantined_with_their_reason_and_the_rest_applied(
-    spark: SparkSession, base_settings: Settings, tally: dict[str, Counter[str]], values: list[str | None]
+    spark: SparkSession, base_settings: Settings, tally: dict[str, Counter[str]], values: list[tuple[str, str | None]]
 ) -> None:
     settings = base_settings.with_lakehouse(f"{base_settings.work_dir}/fuzz-cdc-lakehouse")
     ensure_rules_tables(spark, settings)
     batch_id = next(_batch_ids)
-    records = [RawRecord(value, f"fuzz:{batch_id}:{n}") for n, value in enumerate(values)]
+    records = [RawRecord(value, f"fuzz:{batch_id}:{n}") for n, (_, value) in enumerate(values)]
     parsed = parse_records(records, SCHEMA)
     result = apply_parsed(spark, settings, parsed, txn=("fuzz-cdc", batch_id))
 
@@ -226,6 +269,8 @@ def test_bad_cdc_records_are_quarantined_with_their_reason_and_the_rest_applied(
         duplicated=len(quarantine) - len(by_offset),
     )
     assert lost == 0 and len(quarantine) == len(by_offset)
+    must_reject = {r.offset for r, (expected, _) in zip(records, values, strict=True) if expected == REJECT}
+    assert must_reject <= set(by_offset), sorted(must_reject - set(by_offset))
 
 
 # ---- transactions --------------------------------------------------------------------------------------------
@@ -237,12 +282,14 @@ def _line_bytes(text: str | bytes) -> bytes:
     return raw.replace(b"\n", b" ").replace(b"\r", b" ")
 
 
+# (what the parser must do, the line): only a mutated valid transaction may pass; random bytes, text, JSON of any
+# shape (its keys are at most 8 characters, so never ``transactionId``) and deep nesting must be rejected.
 transaction_lines = st.one_of(
-    mutated([VALID_TRANSACTION]).map(_line_bytes),
-    st.binary(max_size=64),
-    st.text(max_size=64).map(_line_bytes),
-    json_values.map(lambda v: _line_bytes(json.dumps(v))),
-    deep_nesting.map(_line_bytes),
+    mutated([VALID_TRANSACTION]).map(lambda text: (EITHER, _line_bytes(text))),
+    st.binary(max_size=64).map(lambda raw: (REJECT, _line_bytes(raw))),
+    st.text(max_size=64).map(lambda text: (REJECT, _line_bytes(text))),
+    json_values.map(lambda v: (REJECT, _line_bytes(json.dumps(v)))),
+    deep_nesting.map(lambda text: (REJECT, _line_bytes(text))),
 )
 
 
@@ -272,14 +319,23 @@ def _raw_from_file(spark: SparkSession, path: str) -> DataFrame:
 @SPARK_FUZZ
 @given(lines=st.lists(transaction_lines, min_size=1, max_size=30))
 def test_the_transaction_parser_gives_every_bad_record_a_reason(
-    spark: SparkSession, tmp_path_factory: pytest.TempPathFactory, tally: dict[str, Counter[str]], lines: list[bytes]
+    spark: SparkSession,
+    tmp_path_factory: pytest.TempPathFactory,
+    tally: dict[str, Counter[str]],
+    lines: list[tuple[str, bytes]],
 ) -> None:
     valid_ids = [f"ok-{n}" for n in range(3)]
-    lines = lines + [_line_bytes(json.dumps(VALID_TRANSACTION | {"transactionId": t})) for t in valid_ids]
-    path, expected = _landed_file(tmp_path_factory.mktemp("fuzz-tx"), lines, "fuzz")
+    tagged = lines + [(ACCEPT, _line_bytes(json.dumps(VALID_TRANSACTION | {"transactionId": t}))) for t in valid_ids]
+    path, expected = _landed_file(tmp_path_factory.mktemp("fuzz-tx"), [line for _, line in tagged], "fuzz")
     parsed = flag_duplicates(parse_raw(_raw_from_file(spark, path), SCHEMA))
-    rows = parsed.select("transactionId", "eventTimeMs", "paymentAmount", "reason").collect()
+    rows = parsed.select("sourceOffset", "transactionId", "eventTimeMs", "paymentAmount", "reason").collect()
     assert len(rows) == expected
+    # One file is one partition: the offset's number is the line's place among the non-blank lines.
+    kinds = [kind for kind, line in tagged if line.strip(b" ")]
+    for row in rows:
+        kind = kinds[int(row["sourceOffset"].rsplit(":", 1)[1])]
+        if kind != EITHER:
+            assert (row["reason"] is None) == (kind == ACCEPT), (kind, row["reason"], row["transactionId"])
     valid = [r for r in rows if r["reason"] is None]
     bad = [r for r in rows if r["reason"] is not None]
     assert {r["transactionId"] for r in valid} >= set(valid_ids)

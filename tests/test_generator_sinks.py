@@ -80,14 +80,53 @@ def test_rate_plan_schedules_steady_rates_and_bursts() -> None:
         RatePlan(rate=0)
 
 
+class TimedSink(FileSink):
+    """A file sink that notes when each record was handed to it (monotonic seconds)."""
+
+    def __init__(self, directory: Path) -> None:
+        super().__init__(directory)
+        self.sent_at: list[float] = []
+
+    def send(self, record: Transaction) -> None:
+        self.sent_at.append(time.monotonic())
+        super().send(record)
+
+
+def _never_early(sink: TimedSink, plan: RatePlan) -> None:
+    """Record i is sent no earlier than its due time after the first one (the pace is never exceeded)."""
+    start = sink.sent_at[0]
+    early = [(i, round(t - start, 4)) for i, t in enumerate(sink.sent_at) if t - start < plan.due_at(i) - 0.001]
+    assert not early, f"sent before they were due (index, seconds): {early[:5]}"
+
+
 def test_run_keeps_the_pace_and_stops_on_request(tmp_path: Path) -> None:
-    started = time.monotonic()
-    assert run(TransactionGenerator(cli_config(3)), FileSink(tmp_path / "a"), RatePlan(rate=200), count=100) == 100
-    assert 0.45 <= time.monotonic() - started < 2.0
-    stop = threading.Event()
-    threading.Timer(0.3, stop.set).start()
-    sent = run(TransactionGenerator(cli_config(3)), FileSink(tmp_path / "b"), RatePlan(rate=100), stop=stop)
-    assert 20 <= sent <= 40 and len(landed(tmp_path / "b")) == sent
+    # Checks are against measured times, so a loaded machine cannot fail them: never faster than the plan;
+    # and when stopped, as many sent as were due by then, give or take the records due while the stop was noticed.
+    plan = RatePlan(rate=200)
+    paced = TimedSink(tmp_path / "a")
+    assert run(TransactionGenerator(cli_config(3)), paced, plan, count=100) == 100
+    _never_early(paced, plan)
+    assert 99 / (paced.sent_at[-1] - paced.sent_at[0]) <= 200 * 1.01
+
+    plan = RatePlan(rate=100)
+    stop, stopped_at = threading.Event(), list[float]()
+
+    def request_stop() -> None:
+        stop.set()
+        stopped_at.append(time.monotonic())
+
+    timer = threading.Timer(0.3, request_stop)
+    stopping = TimedSink(tmp_path / "b")
+    timer.start()
+    sent = run(TransactionGenerator(cli_config(3)), stopping, plan, stop=stop)
+    returned_at = time.monotonic()
+    timer.join()
+    assert sent == len(stopping.sent_at) == len(landed(tmp_path / "b")) and sent >= 1
+    _never_early(stopping, plan)
+    due = 100 * (stopped_at[0] - stopping.sent_at[0])  # records due when the stop was requested, minus one
+    noticed = 100 * (returned_at - stopped_at[0])  # records that fell due while the run noticed it and closed
+    assert due - noticed - 2 <= sent <= due + 2, (sent, round(due, 1), round(noticed, 1))
+    assert all(t <= stopped_at[0] + 0.001 for t in stopping.sent_at[:-1])  # nothing after the stop but one in flight
 
 
 def test_generate_command_writes_the_seeded_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

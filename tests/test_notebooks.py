@@ -147,7 +147,6 @@ def test_runner_reports_the_failing_cell(spark: SparkSession, tmp_path: Path) ->
 
 
 def test_figures_are_saved_as_png(spark: SparkSession, tmp_path: Path) -> None:
-    pytest.importorskip("matplotlib", reason="matplotlib arrives with the charts of notebook 03")
     path = tmp_path / "chart.py"
     path.write_text(
         notebook(

@@ -6,8 +6,8 @@ import re
 from importlib.metadata import version
 from pathlib import Path
 
-import delta
 import pyspark
+from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from pipelines.runtime_env import REPO_ROOT, jar_files
@@ -29,11 +29,20 @@ def test_pip_pins_equal_the_maven_jars() -> None:
     assert not any(n.startswith(("spark-sql_", "spark-core_", "scala-library")) for n in names), names
 
 
-def test_session_runs_delta_sql_and_knows_its_jars(spark: SparkSession) -> None:
+def test_session_runs_delta_sql_and_knows_its_jars(spark: SparkSession, tmp_path: Path) -> None:
     assert spark.version == pyspark.__version__
     jars = spark.conf.get("spark.jars") or ""
     assert "delta-spark_4.1_2.13" in jars and "spark-sql-kafka" in jars
     assert spark.conf.get("spark.sql.extensions") == "io.delta.sql.DeltaSparkSessionExtension"
     assert spark.conf.get("spark.driver.host") == "127.0.0.1"
     assert spark.sql("SELECT 1 AS one").first()["one"] == 1
-    assert delta.__name__ == "delta"
+    # The Python API drives the JVM Delta, and the JVM Delta that commits is the release pip pinned.
+    path = str(tmp_path / "t")
+    spark.range(3).write.format("delta").save(path)
+    table = DeltaTable.forPath(spark, path)
+    table.delete("id = 1")
+    assert sorted(r["id"] for r in table.toDF().collect()) == [0, 2]
+    history = table.history().orderBy("version").select("version", "operation", "engineInfo").collect()
+    assert [(h["version"], h["operation"]) for h in history] == [(0, "WRITE"), (1, "DELETE")]
+    engine = f"Apache-Spark/{pyspark.__version__} Delta-Lake/{version('delta-spark')}"
+    assert all(h["engineInfo"] == engine for h in history), [h["engineInfo"] for h in history]
