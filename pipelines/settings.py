@@ -18,6 +18,8 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from pipelines.rulesdb_settings import ConnectSettings, RulesDbSettings
+
 SETTINGS_VERSION = 1
 """The ``version`` a conf file must declare; bump it with any incompatible change to the settings."""
 
@@ -95,6 +97,9 @@ class EngineSettings(_Frozen):
     backfill_retention_days: int = Field(31, ge=1)
     alerts_to_kafka: bool = False  # also send alerts to kafka.topics.alerts (at-least-once; key = alertId)
     max_files_per_trigger: int | None = Field(None, ge=1)  # files source: cap per micro-batch (None: all)
+    # Hash partitions of the hot path's frames (rows, tiles, cached state) by (state, key); None: the cluster's
+    # default parallelism (local[2]: 2). Fixed for a run: the cached state is laid out with it.
+    state_partitions: int | None = Field(None, ge=1, le=10_000)
 
     @field_validator("bucket_seconds")
     @classmethod
@@ -171,6 +176,8 @@ class Settings(_Frozen):
     engine: EngineSettings = EngineSettings()
     quality: QualitySettings = QualitySettings()
     maintenance: MaintenanceSettings = MaintenanceSettings()
+    rulesdb: RulesDbSettings = RulesDbSettings()  # the local rules database (fraudlake rulesdb)
+    connect: ConnectSettings = ConnectSettings()  # the local Kafka Connect worker with Debezium (fraudlake connect)
     transaction_schema: TransactionSchema
 
     @field_validator("version")

@@ -131,10 +131,14 @@ class ChangeEnvelope(BaseModel):
         """``(before, after)`` with decimals decoded; raises EnvelopeError if one cannot be."""
         return self._decode("before", self.payload.before), self._decode("after", self.payload.after)
 
+    def lenient_before(self) -> dict[str, Any] | None:
+        """``before`` with what can be decoded decoded and the rest as it came (a delete needs only its key)."""
+        return self._decode("before", self.payload.before, lenient=True)
+
     def source_dict(self) -> dict[str, Any]:
         return self.payload.source.model_dump(by_alias=True) if self.payload.source else {}
 
-    def _decode(self, side: str, row: dict[str, Any] | None) -> dict[str, Any] | None:
+    def _decode(self, side: str, row: dict[str, Any] | None, *, lenient: bool = False) -> dict[str, Any] | None:
         if row is None:
             return None
         row_schema = self.connect_schema.child(side) if self.connect_schema else None
@@ -143,7 +147,9 @@ class ChangeEnvelope(BaseModel):
             try:
                 decoded[column] = _decode_value(column, value, row_schema.child(column) if row_schema else None)
             except DecimalDecodeError as error:
-                raise EnvelopeError(f"{side}.{column}: {error}") from None
+                if not lenient:
+                    raise EnvelopeError(f"{side}.{column}: {error}") from None
+                decoded[column] = value
         return decoded
 
 

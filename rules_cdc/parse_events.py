@@ -27,6 +27,12 @@ from rules_cdc.source_position import PositionError, position_of
 
 _ID_COLUMNS = ("rule_id", "ruleId")
 MAX_REASON_CHARS = 500
+DATABASE_COLUMNS = frozenset({"updated_at"})
+"""Columns of ``fraud_rules`` that the database keeps for itself (conf/rulesdb): not part of the rule, so not
+validated; the change log keeps them with the rest of the row."""
+UNAVAILABLE = "__debezium_unavailable_value"
+"""What Debezium's PostgreSQL connector sends for an unchanged value stored out of line (TOAST) when the table's
+REPLICA IDENTITY is DEFAULT: the value itself is not in the WAL record."""
 log = logging.getLogger(__name__)
 
 
@@ -135,7 +141,12 @@ def parse_record(record: RawRecord, schema: TransactionSchema) -> ChangeEvent | 
     if envelope is None:
         return None
     payload = envelope.payload
-    before, after = envelope.rows()
+    if payload.op is Op.DELETE:
+        # Only the key is needed. PostgreSQL's DEFAULT replica identity sends nothing else (Debezium fills the other
+        # NOT NULL columns with type defaults), so a column that cannot be decoded must not lose the delete.
+        before, after = envelope.lenient_before(), None
+    else:
+        before, after = envelope.rows()
     position = position_of(envelope.source_dict(), payload.ts_ms)
     ts_ms = payload.source.ts_ms if payload.source and payload.source.ts_ms is not None else payload.ts_ms
 
@@ -150,13 +161,29 @@ def parse_record(record: RawRecord, schema: TransactionSchema) -> ChangeEvent | 
         return event(_rule_id(before, "before"), None, before, None)
     if after is None:
         raise EnvelopeError(f"op {payload.op.value!r} event without 'after'")
+    _check_available(after)
     try:
-        rule = parse_rule(after, schema)
+        rule = parse_rule(rule_columns(after), schema)
     except RuleValidationError as error:
         raise RuleValidationError(f"rule {_maybe_id(after)}: {error.reason}") from None
     if before is not None and _maybe_id(before) not in (None, rule.rule_id):
         raise EnvelopeError(f"update changes the rule id from {_maybe_id(before)} to {rule.rule_id}")
     return event(rule.rule_id, rule, before, after)
+
+
+def rule_columns(row: dict[str, Any]) -> dict[str, Any]:
+    """The row without the columns the database keeps for itself (``DATABASE_COLUMNS``)."""
+    return {column: value for column, value in row.items() if column not in DATABASE_COLUMNS}
+
+
+def _check_available(row: dict[str, Any]) -> None:
+    missing = sorted(column for column, value in row.items() if value == UNAVAILABLE)
+    if missing:
+        raise EnvelopeError(
+            f"after.{', after.'.join(missing)}: Debezium could not read the unchanged value (stored out of line, "
+            "TOAST, and the table's REPLICA IDENTITY is DEFAULT); set REPLICA IDENTITY FULL or STORAGE PLAIN "
+            "(conf/rulesdb/001_fraud_rules.sql), then update the rule again"
+        )
 
 
 def _maybe_id(row: dict[str, Any]) -> int | None:

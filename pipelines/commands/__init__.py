@@ -8,6 +8,7 @@ from typing import Any
 from pipelines.commands import (
     alerts_cmd,
     bench_cmd,
+    connect_cmd,
     demo_cmd,
     dq_cmd,
     generate_cmd,
@@ -16,6 +17,7 @@ from pipelines.commands import (
     maintain_cmd,
     notebook_cmd,
     rules_cmd,
+    rulesdb_cmd,
     run_cmd,
     smoke_cmd,
     state_cmd,
@@ -26,6 +28,7 @@ Register = Callable[[Any, Any], None]
 COMMANDS: list[Register] = [
     alerts_cmd.register,
     bench_cmd.register,
+    connect_cmd.register,
     demo_cmd.register,
     dq_cmd.register,
     generate_cmd.register,
@@ -34,6 +37,7 @@ COMMANDS: list[Register] = [
     maintain_cmd.register,
     notebook_cmd.register,
     rules_cmd.register,
+    rulesdb_cmd.register,
     run_cmd.register,
     smoke_cmd.register,
     state_cmd.register,
