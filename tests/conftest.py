@@ -1,17 +1,78 @@
-"""Session fixtures: one real local SparkSession with Delta, and one real Kafka broker (KRaft) when asked for."""
+"""Session fixtures: one real local SparkSession with Delta, and one real Kafka broker (KRaft) when asked for.
+
+The suite is isolated from the caller's environment: ``FRAUDLAKE_*`` variables (a lakehouse, a conf file, a Kafka
+bootstrap, a fault to inject, credentials) are removed before collection and again around every test, and
+``JAVA_HOME`` points at a JDK 17. Only the suite's own knobs (``SUITE_KNOBS``) pass through.
+"""
 
 from __future__ import annotations
 
+import os
+import shutil
 import socket
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
 
+from pipelines.connect_worker import ConnectWorker
 from pipelines.kafka_broker import KafkaBroker
+from pipelines.rulesdb import RulesDb
+from pipelines.runtime_env import JARS_ENV, ensure_java_home
 from pipelines.settings import Settings, SparkSettings, load_settings
 from pipelines.spark_session import get_spark
+
+SUITE_KNOBS = frozenset(
+    {
+        "FRAUDLAKE_CONTRACT_EXAMPLES",
+        "FRAUDLAKE_CONTRACT_BASE_SEED",
+        "FRAUDLAKE_CONTRACT_SEEDS",
+        "FRAUDLAKE_FUZZ_EXAMPLES",
+        "FRAUDLAKE_RELIABILITY_REPORT",
+        JARS_ENV,  # where `make setup` put the jars: the machine's, like JAVA_HOME
+    }
+)
+
+
+def _is_jdk17(home: str | None) -> bool:
+    release = Path(home or "/nonexistent", "release")
+    return release.is_file() and 'JAVA_VERSION="17' in release.read_text(errors="replace")
+
+
+def _isolated_environment() -> dict[str, str | None]:
+    """The variables to change: every FRAUDLAKE_* but the suite's knobs removed, JAVA_HOME a JDK 17."""
+    changes: dict[str, str | None] = {name: None for name in os.environ if name.startswith("FRAUDLAKE_")}
+    for knob in SUITE_KNOBS:
+        changes.pop(knob, None)
+    if not _is_jdk17(os.environ.get("JAVA_HOME")):
+        saved = os.environ.pop("JAVA_HOME", None)
+        try:
+            changes["JAVA_HOME"] = ensure_java_home()  # the first JDK 17 of the known locations
+        finally:
+            if saved is not None:
+                os.environ["JAVA_HOME"] = saved
+    return changes
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Before collection (modules load settings at import): the isolated environment for the whole session."""
+    for name, value in _isolated_environment().items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+@pytest.fixture(autouse=True)
+def isolated_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test starts from the isolated environment, whatever an earlier test or the caller left behind."""
+    for name, value in _isolated_environment().items():
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
 
 
 def _free_port() -> int:
@@ -55,3 +116,35 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBrok
     broker.start()
     yield broker
     broker.stop()
+
+
+@pytest.fixture(scope="session")
+def rulesdb() -> Iterator[RulesDb]:
+    """A real PostgreSQL rules database (wal_level=logical, schema applied) on a free port, for the session.
+
+    Its folder is made outside pytest's temporary root, which is private to root: run as root, the server runs as
+    the ``postgres`` user, who must reach the folder. Stopped and removed after the session."""
+    folder = Path(tempfile.mkdtemp(prefix="fraudlake-rulesdb-"))
+    folder.chmod(0o755)
+    db = RulesDb(data_dir=folder / "db", port=_free_port())
+    try:
+        db.start()
+        yield db
+    finally:
+        db.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def connect_worker(kafka_broker: KafkaBroker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectWorker]:
+    """A real Kafka Connect standalone worker (Debezium plugin) on the session broker, REST on a free port.
+
+    Started without connectors: tests add theirs (``add_connector``) or restart it with them (``start``)."""
+    worker = ConnectWorker(
+        data_dir=tmp_path_factory.mktemp("connect"), bootstrap=kafka_broker.bootstrap, rest_port=_free_port()
+    )
+    try:
+        worker.start()
+        yield worker
+    finally:
+        worker.stop()
