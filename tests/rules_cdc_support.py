@@ -16,7 +16,7 @@ from rules_cdc.envelope import Op
 from rules_cdc.parse_events import RawRecord
 from rules_cdc.publisher import cli_event
 from rules_cdc.rule_model import parse_rule
-from rules_cdc.source_position import ts_position
+from rules_cdc.source_position import pg_position, ts_position
 
 SAMPLES = Path(__file__).parent / "data" / "debezium"
 VOLATILE = ("updatedAt", "tombstonedAt")  # wall-clock columns: not part of the converged content
@@ -36,6 +36,14 @@ SEED = {
 def sample(name: str) -> str:
     """A sample record value as one line (as it sits in a Kafka record or a JSON-lines file)."""
     return json.dumps(json.loads((SAMPLES / f"{name}.json").read_text()))
+
+
+def sample_pg_position(name: str) -> str:
+    """The position a PostgreSQL sample must get, read from its ``source`` by hand: the change's LSN, then the
+    last commit LSN (``sequence[0]``, 0 when null)."""
+    document = json.loads((SAMPLES / f"{name}.json").read_text())
+    source = document.get("payload", document)["source"]
+    return pg_position(int(source["lsn"]), int(json.loads(source["sequence"])[0] or 0))
 
 
 def sample_record(name: str) -> RawRecord:

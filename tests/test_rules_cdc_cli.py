@@ -12,14 +12,13 @@ import pytest
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql.types import DataType, StructType
-from rules_cdc_support import cli, cli_json, rule_event, sample, stable, table_rows, write_conf
+from rules_cdc_support import cli, cli_json, rule_event, sample, sample_pg_position, stable, table_rows, write_conf
 
 from delta_tables.bucket_state import BUCKET_STATE
 from delta_tables.table_spec import create_table
 from pipelines.rules_job import batch_handler, start_rules_job
 from pipelines.settings import Settings
 from pipelines.smoke import last_operation_metrics
-from rules_cdc.source_position import pg_position
 
 
 def test_rules_commands_apply_list_time_travel_history_export_delete_all(
@@ -46,7 +45,8 @@ def test_rules_commands_apply_list_time_travel_history_export_delete_all(
         2: ("ACTIVE", Decimal("5.000000"), "c"),
     }
     assert rules[2]["filter"] == '{"field":"paymentType","op":"EQUAL","value":"CSH"}'
-    assert rules[2]["groupingKeyNames"] == ["payerId"] and rules[2]["sourcePosition"] == pg_position(24023128, 24023119)
+    assert rules[2]["groupingKeyNames"] == ["payerId"]
+    assert rules[2]["sourcePosition"] == sample_pg_position("pg_create_schema_precise")
     quarantine = sorted(table_rows(spark, settings, "quarantine"), key=lambda r: r["sourceOffset"])
     assert [(q["source"], q["sourceOffset"], q["rawPayload"]) for q in quarantine] == [
         ("rules_cdc", f"file:{first}:4", "{bad"),
@@ -101,7 +101,7 @@ def test_rules_commands_apply_list_time_travel_history_export_delete_all(
     assert merge_metrics()["numTargetRowsUpdated"] == 0
     rules = {r["ruleId"]: (r["ruleState"], r["sourcePosition"]) for r in table_rows(spark, settings, "rules")}
     deleted_all = rules[-1][1]
-    assert deleted_all.startswith("pg:00000000000024023400:00000000000024023360+cli:")  # after the newest seen
+    assert deleted_all.startswith(sample_pg_position("pg_delete_no_schema") + "+cli:")  # after the newest seen
     assert rules == {1: ("DELETED", deleted_all), 2: ("DELETED", deleted_all), -1: ("DELETED", deleted_all)}
 
     log = sorted(table_rows(spark, settings, "rule_changes"), key=lambda r: (r["sourcePosition"], r["ruleId"]))

@@ -8,7 +8,7 @@ from decimal import Decimal
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from rules_cdc_support import SEED, sample, sample_record
+from rules_cdc_support import SEED, sample, sample_pg_position, sample_record
 
 from pipelines.settings import Settings
 from rules_cdc.decimals import decode_precise, encode_precise
@@ -29,32 +29,52 @@ from rules_cdc.source_position import (
 @pytest.mark.parametrize(
     ("name", "rule_id", "op", "state", "limit", "position"),
     [
-        ("pg_snapshot_read_no_schema_string", 1, Op.READ, RuleState.ACTIVE, "1000000", pg_position(24023064)),
-        ("pg_create_schema_precise", 2, Op.CREATE, RuleState.ACTIVE, "5", pg_position(24023128, 24023119)),
-        ("pg_update_schema_double", 2, Op.UPDATE, RuleState.PAUSED, "7.5", pg_position(24023200, 24023160)),
-        ("pg_update_schema_string", 1, Op.UPDATE, RuleState.ACTIVE, "2500000.5", pg_position(24023264, 24023232)),
-        ("pg_delete_no_schema", 2, Op.DELETE, RuleState.DELETED, None, pg_position(24023400, 24023360)),
+        # Written by the real connector (tests/test_debezium_modes.py): positions are the WAL's, read from the file.
+        ("pg_snapshot_read_no_schema_string", 1, Op.READ, RuleState.ACTIVE, "1000000", None),
+        ("pg_snapshot_read_schema_precise", 1, Op.READ, RuleState.ACTIVE, "1000000", None),
+        ("pg_create_schema_precise", 2, Op.CREATE, RuleState.ACTIVE, "5", None),
+        ("pg_create_no_schema_precise", 2, Op.CREATE, RuleState.ACTIVE, "5", None),
+        ("pg_update_schema_double", 2, Op.UPDATE, RuleState.PAUSED, "7.5", None),
+        ("pg_update_schema_string", 1, Op.UPDATE, RuleState.ACTIVE, "2500000.5", None),
+        ("pg_update_no_schema_double", 1, Op.UPDATE, RuleState.ACTIVE, "2500000.5", None),
+        ("pg_delete_no_schema", 2, Op.DELETE, RuleState.DELETED, None, None),
+        ("pg_delete_schema_double", 2, Op.DELETE, RuleState.DELETED, None, None),
+        ("pg_truncate_schema", TRUNCATE_MARKER_ID, Op.TRUNCATE, RuleState.DELETED, None, None),
+        # Written by hand (no MySQL connector runs here).
         (
-            "pg_truncate_schema",
-            TRUNCATE_MARKER_ID,
-            Op.TRUNCATE,
-            RuleState.DELETED,
-            None,
-            pg_position(24023500, 24023464),
-        ),
-        (
-            "mysql_snapshot_read_schema_precise",
+            "mysql_handwritten_snapshot_read_schema_precise",
             10,
             Op.READ,
             RuleState.ACTIVE,
             "1000000",
             mysql_position("b.000003", 157),
         ),
-        ("mysql_create_no_schema_string", 11, Op.CREATE, RuleState.ACTIVE, "5", mysql_position("b.000003", 1024)),
-        ("mysql_update_schema_double", 11, Op.UPDATE, RuleState.DISABLED, "5", mysql_position("b.000003", 2048)),
-        ("mysql_delete_schema_precise", 10, Op.DELETE, RuleState.DELETED, None, mysql_position("b.000003", 4096)),
         (
-            "mysql_truncate_no_schema",
+            "mysql_handwritten_create_no_schema_string",
+            11,
+            Op.CREATE,
+            RuleState.ACTIVE,
+            "5",
+            mysql_position("b.000003", 1024),
+        ),
+        (
+            "mysql_handwritten_update_schema_double",
+            11,
+            Op.UPDATE,
+            RuleState.DISABLED,
+            "5",
+            mysql_position("b.000003", 2048),
+        ),
+        (
+            "mysql_handwritten_delete_schema_precise",
+            10,
+            Op.DELETE,
+            RuleState.DELETED,
+            None,
+            mysql_position("b.000003", 4096),
+        ),
+        (
+            "mysql_handwritten_truncate_no_schema",
             TRUNCATE_MARKER_ID,
             Op.TRUNCATE,
             RuleState.DELETED,
@@ -64,10 +84,11 @@ from rules_cdc.source_position import (
     ],
 )
 def test_connector_samples_parse_to_the_right_event(
-    base_settings: Settings, name: str, rule_id: int, op: Op, state: RuleState, limit: str | None, position: str
+    base_settings: Settings, name: str, rule_id: int, op: Op, state: RuleState, limit: str | None, position: str | None
 ) -> None:
     event = parse_record(sample_record(name), base_settings.transaction_schema)
     assert event is not None
+    position = position or sample_pg_position(name)
     assert (event.rule_id, event.op, event.state, event.position) == (rule_id, op, state, position)
     assert (event.rule.limit if event.rule else None) == (Decimal(limit) if limit else None)
     assert event.ts_ms is not None and event.ts_ms >= 1732262400000
@@ -76,7 +97,7 @@ def test_connector_samples_parse_to_the_right_event(
 def test_samples_carry_rule_content_in_every_shape(base_settings: Settings) -> None:
     schema = base_settings.transaction_schema
     pg = parse_record(sample_record("pg_create_schema_precise"), schema)
-    my = parse_record(sample_record("mysql_create_no_schema_string"), schema)
+    my = parse_record(sample_record("mysql_handwritten_create_no_schema_string"), schema)
     assert pg is not None and my is not None and pg.rule is not None and my.rule is not None
     # PostgreSQL text[] and MySQL JSON text give the same keys; COUNT_FLINK and jsonb filter are understood.
     for rule in (pg.rule, my.rule):
@@ -85,7 +106,7 @@ def test_samples_carry_rule_content_in_every_shape(base_settings: Settings) -> N
         assert rule.filter_json == '{"field":"paymentType","op":"EQUAL","value":"CSH"}'
     assert pg.rule.model_copy(update={"rule_id": 0}) == my.rule.model_copy(update={"rule_id": 0})
     # A MySQL TINYINT(1) disabled=1 is a DISABLED tombstone that keeps the rule's content.
-    disabled = parse_record(sample_record("mysql_update_schema_double"), schema)
+    disabled = parse_record(sample_record("mysql_handwritten_update_schema_double"), schema)
     assert disabled is not None and disabled.rule is not None and disabled.rule.disabled
     assert disabled.before is not None and disabled.before["disabled"] == 0
 
@@ -119,7 +140,7 @@ def _without(payload: dict[str, object], key: str) -> dict[str, object]:
     return {k: v for k, v in payload.items() if k != key}
 
 
-CREATE = json.loads(sample("mysql_create_no_schema_string"))
+CREATE = json.loads(sample("mysql_handwritten_create_no_schema_string"))
 
 
 @pytest.mark.parametrize(

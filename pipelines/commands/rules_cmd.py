@@ -31,6 +31,7 @@ from pipelines.settings import Settings
 from rules_cdc.apply_changes import apply_records, ensure_rules_tables, read_view
 from rules_cdc.parse_events import RawRecord
 from rules_cdc.publisher import PublishRefused, edit_events, publish
+from rules_cdc.rejected_changes import pending_rejections, rejections_text
 from rules_cdc.rule_model import RuleValidationError, parse_rule
 from rules_cdc.rules_table import LIVE_STATES
 from rules_cdc.rules_views import (
@@ -100,6 +101,9 @@ def run_rules(args: argparse.Namespace) -> int:
             print(to_json_text(rules_json(rows, include_tombstones=args.all)))
         else:
             print(rules_table_text([r for r in rows if args.all or r["ruleState"] in LIVE_STATES]))
+            rejected = rejections_text(pending_rejections(spark, settings)) if args.as_of is None else ""
+            if rejected:
+                print(f"\n{rejected}")
         return 0
     if action == "history":
         changes = rule_history(spark, settings, args.rule_id)
