@@ -147,7 +147,7 @@ def main() -> int:
             )
     if args.sql:
         api = f"{spark.sparkContext.uiWebUrl}/api/v1/applications/{spark.sparkContext.applicationId}"
-        with urllib.request.urlopen(f"{api}/sql?length=100000&details=true&planDescription=false") as response:
+        with urllib.request.urlopen(f"{api}/sql?length=100000&details=true&planDescription=true") as response:
             executions = json.load(response)
         Path(args.sql).write_text(json.dumps(executions[last_execution:], indent=1), encoding="utf-8")
     if profiler and args.cprofile:

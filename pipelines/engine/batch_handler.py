@@ -41,7 +41,7 @@ from delta_tables.bucket_state import TILE_COLUMNS, append_tiles, compact_tiles,
 from delta_tables.idempotent import append_tagged, files_for, table_version
 from delta_tables.local_rows import local_frame
 from pipelines.engine.alert_rows import alert_rows, write_alerts_to_kafka
-from pipelines.engine.buckets import tag_rows, tiles
+from pipelines.engine.buckets import co_partitioned, tag_rows, tiles
 from pipelines.engine.cooldown import apply_cooldown, last_alert_times
 from pipelines.engine.evaluate import candidate_alerts, rules_frame, running_in_bucket
 from pipelines.engine.faults import crash_point
@@ -65,7 +65,7 @@ log = logging.getLogger(__name__)
 AUTO_COMPACT_CONF = "spark.databricks.delta.autoCompact.enabled"
 SHUFFLE_PARTITIONS_CONF = "spark.sql.shuffle.partitions"
 ADAPTIVE_CONF = "spark.sql.adaptive.enabled"
-ROWS_PER_PARTITION = 50_000
+CO_PARTITION_CONF = "spark.sql.requireAllClusterKeysForCoPartition"
 TAGGED_KEEP = ("transactionId", "eventTime", "isLate", "ingestedAt", "batchId", "batchStartedAt")
 BATCH_CONSTANTS = StructType(
     [
@@ -77,10 +77,12 @@ BATCH_CONSTANTS = StructType(
 STATE_ROWS = (*TILE_COLUMNS, "lastBatchId", *COORDINATES)  # coordinates: computed once per tile, not per batch
 MEMORY_ROWS = ("ruleId", "keyValue", "lastAlertTimeMs", "lastBatchId")
 DETECTION_CONSTANTS = StructType(
-    [StructField("_detectedAt", TimestampType(), False), StructField("_rulesVersion", LongType(), False)]
+    [
+        StructField("_detectedAt", TimestampType(), False),
+        StructField("_rulesVersion", LongType(), False),
+        StructField("_batchId", LongType(), False),
+    ]
 )
-BROADCAST_PROBES_ROWS = 100_000
-"""Up to this many (transaction, state) rows, a batch's lookback probes are broadcast (no shuffle of the state)."""
 
 
 def _utcnow() -> dt.datetime:
@@ -151,10 +153,12 @@ class BatchHandler:
         self.last_latency: dict[str, float] = {}  # latency metrics of the last batch (pipelines.engine.latency)
         self._rules = RulesCache(self.paths.rules, self.paths.rule_states, settings.transaction_schema)
         bucket_ms = settings.engine.bucket_seconds * 1000
+        self._layout: int | None = None  # hash partitions of the hot path's frames (``co_partitioned``)
         self._state = TableCache(
             self.paths.bucket_state,
             fold=lambda rows: with_coordinates(fold_tiles(rows), bucket_ms=bucket_ms),
             columns=STATE_ROWS,
+            layout=lambda rows: co_partitioned(rows, self._partitions()),
         )
         self._memory = TableCache(self.paths.alert_cooldown, fold=fold_memory, columns=MEMORY_ROWS)
         self._previous: dict[str, Any] | None = None  # batch-log row of the last batch this handler completed
@@ -197,9 +201,11 @@ class BatchHandler:
         spark.conf.set(
             AUTO_COMPACT_CONF, str(retention_due(batch_id, self.settings.engine.retention_every_batches)).lower()
         )
-        # Shuffles sized to the batch (the last one's size, as this one's is not known yet): a few thousand rows in
-        # one task each, not spread over many tiny tasks whose fixed cost dwarfs their work.
-        spark.conf.set(SHUFFLE_PARTITIONS_CONF, str(self._partitions(spark, previous)))
+        # One layout for every keyed frame of the batch and the cached state: hash partitions by (state, key), so
+        # the evaluation's joins and aggregations need no shuffle but the probes' (``buckets.co_partitioned``).
+        self._layout = self._layout or self.settings.engine.state_partitions or spark.sparkContext.defaultParallelism
+        spark.conf.set(SHUFFLE_PARTITIONS_CONF, str(self._layout))
+        spark.conf.set(CO_PARTITION_CONF, "false")
         # Adaptive execution plans one stage at a time, after the one before it finished: for a micro-batch's
         # small, well-sized shuffles that doubles the stages (44 -> 24 per batch) for nothing to adapt.
         spark.conf.set(ADAPTIVE_CONF, "false")
@@ -300,14 +306,10 @@ class BatchHandler:
         )
         return ready, states
 
-    def _partitions(self, spark: SparkSession, previous: dict[str, Any] | None) -> int:
-        """Shuffle partitions for this batch: one per ROWS_PER_PARTITION (transaction, state) rows of the last
-        batch, at least one, at most the cluster's parallelism."""
-        counts = (previous or {}).get("counts") or {}
-        if "rows" not in counts:
-            return self.settings.spark.shuffle_partitions
-        rows = int(counts["rows"]) * max(1, int(counts.get("states", 1)))
-        return max(1, min(-(-rows // ROWS_PER_PARTITION), int(spark.sparkContext.defaultParallelism)))
+    def _partitions(self) -> int:
+        if self._layout is None:
+            raise RuntimeError("the layout is chosen at the start of a batch")
+        return self._layout
 
     @staticmethod
     def _stats(parsed: DataFrame) -> dict[str, Any]:
@@ -397,7 +399,8 @@ class BatchHandler:
         engine, batch_id = self.settings.engine, attempt.batch_id
         bucket_ms = engine.bucket_seconds * 1000
         files = files_for(stats["valid"] * len(states) * 3)  # at most three tiles (levels) per row and state
-        tagged = tag_rows(valid, states, bucket_ms=bucket_ms, keep=TAGGED_KEEP).persist()
+        tagged = co_partitioned(tag_rows(valid, states, bucket_ms=bucket_ms, keep=TAGGED_KEEP), self._partitions())
+        tagged = tagged.persist()
         cached.append(tagged)
         # Materialized (a local checkpoint): the append and the evaluation read it, then the state cache keeps it.
         assert self._constants is not None, "set by _process for the batch"
@@ -425,8 +428,7 @@ class BatchHandler:
         # Late rows are not evaluated but count for the rows after them, also within their bucket.
         running = running_in_bucket(tagged.where(F.col("stateId").isin(*active_ids))).where(~F.col("isLate"))
         active_tiles = batch_tiles.where(F.col("stateId").isin(*active_ids))
-        small = stats["valid"] * len(active) <= BROADCAST_PROBES_ROWS
-        emitted = candidate_alerts(running, rules, prior, active_tiles, bucket_ms=bucket_ms, broadcast=small).persist()
+        emitted = candidate_alerts(running, rules, prior, active_tiles, bucket_ms=bucket_ms).persist()
         cached.append(emitted)
         if any(r.rule.cooldown_minutes for s in active for r in s.active_rules):
             self._memory.ensure(spark, _pinned(pins.cooldown))
@@ -435,11 +437,11 @@ class BatchHandler:
         counted = emitted.agg(F.count(F.lit(1)), ingestion_percentiles(F.col("ingestedAt"))).first()
         written.alerts, self._alerts_ingest_ms = (counted[0], counted[1]) if counted else (0, None)
         if written.alerts:
-            detection = local_frame(spark, [(_utcnow(), pins.rules)], DETECTION_CONSTANTS)
+            detection = local_frame(spark, [(_utcnow(), pins.rules, batch_id)], DETECTION_CONSTANTS)
             rows = alert_rows(
                 emitted.crossJoin(F.broadcast(detection)),
                 rules_version=F.col("_rulesVersion"),
-                batch_id=F.col("batchId"),
+                batch_id=F.col("_batchId"),
                 detected_at=F.col("_detectedAt"),
             ).persist()
             cached.append(rows)

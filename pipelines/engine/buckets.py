@@ -76,11 +76,31 @@ def tag_rows(transactions: DataFrame, states: Sequence[StateSpec], *, bucket_ms:
     return exploded.select(
         *keep,
         "eventTimeMs",
-        F.col("_s.stateId").alias("stateId"),
-        F.col("_s.keyValue").alias("keyValue"),
+        # Never null (a literal and a concatenation), but typed nullable through the struct: declared non-null so
+        # that a join on them infers no null filter (see ``co_partitioned``).
+        F.coalesce(F.col("_s.stateId"), F.lit("")).alias("stateId"),
+        F.coalesce(F.col("_s.keyValue"), F.lit("")).alias("keyValue"),
         bucket_index(F.col("eventTimeMs"), bucket_ms).alias("bucket"),
         F.col("_s.value").alias("value"),
     )
+
+
+STATE_KEY = ("stateId", "keyValue")
+"""What the engine's frames of a batch are hash-partitioned by (``co_partitioned``)."""
+
+
+def co_partitioned(frame: DataFrame, partitions: int) -> DataFrame:
+    """``frame`` hash-partitioned by (stateId, keyValue) into ``partitions``.
+
+    Every frame of the hot path that is keyed by state and key — the batch's tagged rows, its tiles, the cached
+    prior state — is laid out this way with the same number of partitions. Spark then plans the tiles
+    aggregation, the running window, the lookback join with the state and the join of the ranges back to the
+    rows without a shuffle (with ``spark.sql.requireAllClusterKeysForCoPartition`` off, a join on more keys
+    than these accepts this layout): only the probes move. A union of such frames keeps the layout (Spark 4.1's
+    partitioning-aware union) as long as their join keys are declared non-null: Spark would otherwise push an
+    ``isnotnull`` filter into each child, and the union then loses its partitioning.
+    """
+    return frame.repartition(partitions, *STATE_KEY)
 
 
 def tiles(tagged: DataFrame, *, bucket_ms: int) -> DataFrame:
@@ -95,7 +115,9 @@ def tiles(tagged: DataFrame, *, bucket_ms: int) -> DataFrame:
         ]
     )
     exploded = tagged.select("stateId", "keyValue", "value", F.explode(levels).alias("_t"))
-    grouped = exploded.groupBy("stateId", "keyValue", F.col("_t.level").alias("level"), F.col("_t.tile").alias("tile"))
+    # level and tile are never null; declared so (see ``co_partitioned``).
+    level, tile = F.coalesce(F.col("_t.level"), F.lit(0)), F.coalesce(F.col("_t.tile"), F.lit(0).cast("long"))
+    grouped = exploded.groupBy("stateId", "keyValue", level.alias("level"), tile.alias("tile"))
     sizes = F.element_at(F.array(*[F.lit(size * bucket_ms) for size in LEVEL_SIZES]), F.col("level") + 1)
     aggregated = grouped.agg(
         F.sum("value").cast(AGGREGATE_TYPE).alias("sum"),

@@ -140,6 +140,33 @@ def aggregate_values(joined: DataFrame) -> DataFrame:
     return joined.withColumn("aggregateValue", value.cast(AGGREGATE_TYPE))
 
 
+RULE_EVALUATION_COLUMNS = (
+    "stateId",
+    "reach",
+    "ruleId",
+    "countsTransactions",
+    "aggregatorFunctionType",
+    "acceptedSigns",
+    "limit",
+    "cooldownMs",
+)
+"""What the fan-out of rows to rules carries per (row, rule); the rest of a rule's columns (its snapshot text
+above all) join only the candidates that meet their limit."""
+POINT_COLUMNS = (
+    *POINT_KEYS,
+    "transactionId",
+    "eventTime",
+    "eventTimeMs",
+    "ingestedAt",
+    "value",
+    "cSum",
+    "cCount",
+    "cValueCount",
+    "cMin",
+    "cMax",
+)
+
+
 def evaluate(points: DataFrame, ranges: DataFrame, rules: DataFrame) -> DataFrame:
     """Candidate alerts: every (transaction, ACTIVE rule of its state it counts for) whose aggregate meets the limit.
 
@@ -149,29 +176,24 @@ def evaluate(points: DataFrame, ranges: DataFrame, rules: DataFrame) -> DataFram
     """
     # Ranges are per (point, reach), not per rule: they are joined to the rows once per reach (a shuffle join over
     # rows x reaches), then the rows fan out to the rules (a broadcast join, no shuffle). Joining the rules first
-    # would shuffle rows x rules (5x more with five rules per state: docs/benchmarks.md, profile).
-    with_ranges = points.join(ranges.hint("shuffle_hash"), list(POINT_KEYS), "left")  # no sort of either side
-    per_rule = with_ranges.join(F.broadcast(rules), ["stateId", "reach"]).where(
+    # would shuffle rows x rules (5x more with five rules per state: docs/benchmarks.md, profile). The fan-out is
+    # the widest frame of a batch (rows x rules): it carries only the columns the limit check needs.
+    lean = points.select(*POINT_COLUMNS)
+    with_ranges = lean.join(ranges.hint("shuffle_hash"), list(POINT_KEYS), "left")  # no sort of either side
+    per_rule = with_ranges.join(F.broadcast(rules.select(*RULE_EVALUATION_COLUMNS)), ["stateId", "reach"]).where(
         F.col("countsTransactions") | F.col("value").isNotNull()
     )
     valued = aggregate_values(per_rule)
-    return valued.where(_holds(F.col("aggregateValue"), F.col("limit"), F.col("acceptedSigns")))
+    met = valued.where(_holds(F.col("aggregateValue"), F.col("limit"), F.col("acceptedSigns")))
+    described = rules.drop(*[c for c in RULE_EVALUATION_COLUMNS if c != "ruleId"])
+    return met.join(F.broadcast(described), "ruleId")
 
 
 def candidate_alerts(
-    running: DataFrame,
-    rules: DataFrame,
-    prior_tiles: DataFrame,
-    batch_tiles: DataFrame,
-    *,
-    bucket_ms: int,
-    broadcast: bool = False,
+    running: DataFrame, rules: DataFrame, prior_tiles: DataFrame, batch_tiles: DataFrame, *, bucket_ms: int
 ) -> DataFrame:
     """``evaluate`` over the lookbacks of ``running``'s (state, key, bucket) points: the engine's and the backtest's
-    one evaluation chain. ``running``: rows to evaluate with their running columns (``running_in_bucket``);
-    ``broadcast``: see ``lookback.range_aggregates``."""
+    one evaluation chain. ``running``: rows to evaluate with their running columns (``running_in_bucket``)."""
     points = running.join(F.broadcast(rules.select("stateId", "reach").distinct()), "stateId")
-    ranges = range_aggregates(
-        points.select(*POINT_KEYS).distinct(), prior_tiles, batch_tiles, bucket_ms=bucket_ms, broadcast=broadcast
-    )
+    ranges = range_aggregates(points.select(*POINT_KEYS).distinct(), prior_tiles, batch_tiles, bucket_ms=bucket_ms)
     return evaluate(points, ranges, rules)

@@ -76,15 +76,18 @@ COORDINATES = ("tile", "parent")
 
 
 def with_coordinates(tiles: DataFrame, *, bucket_ms: int) -> DataFrame:
-    """``tiles`` plus their ``tile`` index at their level and the ``parent`` index one level up (0 at the top)."""
+    """``tiles`` plus their ``tile`` index at their level and the ``parent`` index one level up (0 at the top).
+
+    Both are declared non-null (they never are null): as join keys, nullable columns would make Spark filter
+    them in each child of a union of cached frames, which loses the union's partitioning (``co_partitioned``).
+    """
     size_ms = F.lit(bucket_ms) * F.element_at(F.array(*[F.lit(s) for s in LEVEL_SIZES]), F.col("level") + 1)
     fans = F.array(*[F.lit(f) for f in LEVEL_FANOUT], F.lit(0))
     # bucketStart is a multiple of the tile size: the division is exact.
-    with_tile = tiles.withColumn("tile", (F.col("bucketStart") / size_ms).cast("long"))
+    with_tile = tiles.withColumn("tile", F.coalesce((F.col("bucketStart") / size_ms).cast("long"), F.lit(0)))
     fan = F.element_at(fans, F.col("level") + 1)
-    return with_tile.withColumn(
-        "parent", F.when(fan > 0, floor_div(F.col("tile"), fan)).otherwise(F.lit(0).cast("long"))
-    )
+    parent = F.when(fan > 0, floor_div(F.col("tile"), fan)).otherwise(F.lit(0).cast("long"))
+    return with_tile.withColumn("parent", F.coalesce(parent, F.lit(0).cast("long")))
 
 
 def tile_coordinates(tiles: DataFrame, *, bucket_ms: int, prior: bool) -> DataFrame:
@@ -107,23 +110,19 @@ def tile_coordinates(tiles: DataFrame, *, bucket_ms: int, prior: bool) -> DataFr
     )
 
 
-def range_aggregates(
-    points: DataFrame, prior_tiles: DataFrame, batch_tiles: DataFrame, *, bucket_ms: int, broadcast: bool = False
-) -> DataFrame:
+def range_aggregates(points: DataFrame, prior_tiles: DataFrame, batch_tiles: DataFrame, *, bucket_ms: int) -> DataFrame:
     """Per query point (POINT_KEYS): sum, count, valueCount, min, max over prior buckets ``[b - reach, b]`` and
     the batch's buckets ``[b - reach, b - 1]``. Points with nothing in range are absent (read them as zero).
 
-    ``broadcast``: the probes are few (a small batch): send them to every task and stream the tiles through
-    them, instead of shuffling the whole prior state to meet them.
+    A hash join built on the probes, the tiles streamed through it: a sort-merge join would sort the whole state.
+    When the tiles are laid out by (state, key) (``buckets.co_partitioned``), only the probes are shuffled.
     """
     tiles = tile_coordinates(prior_tiles, bucket_ms=bucket_ms, prior=True).unionByName(
         tile_coordinates(batch_tiles, bucket_ms=bucket_ms, prior=False)
     )
-    probed = probes(points)
     matched = (
-        # Small: every task gets the probes. Large: a hash join built on the probes, the tiles streamed through it
-        # (a sort-merge join would sort the whole state on every batch).
-        (F.broadcast(probed) if broadcast else probed.hint("shuffle_hash"))
+        probes(points)
+        .hint("shuffle_hash")
         .join(tiles, ["stateId", "keyValue", "level", "parent"])
         .where(F.col("tile").between(F.col("lo"), F.col("hi")) & (~F.col("priorOnly") | F.col("isPrior")))
     )

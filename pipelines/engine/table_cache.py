@@ -46,9 +46,20 @@ class TableCache:
     it lets them go.
     """
 
-    def __init__(self, path: str, *, fold: Callable[[DataFrame], DataFrame], columns: Sequence[str]) -> None:
+    def __init__(
+        self,
+        path: str,
+        *,
+        fold: Callable[[DataFrame], DataFrame],
+        columns: Sequence[str],
+        layout: Callable[[DataFrame], DataFrame] | None = None,
+    ) -> None:
+        """``fold``: rows -> one row per key (keeps the rows' partitioning); ``layout``: how the rows read from
+        Delta are laid out before they are folded (e.g. ``buckets.co_partitioned``), so that every frame the cache
+        holds has the layout of the frames appended to it."""
         self.path = path
         self._fold = fold
+        self._layout = layout or (lambda rows: rows)
         self._columns = tuple(columns)
         self.version: int | None = None
         self._frames: list[DataFrame] = []  # persisted, each with at least ``columns``
@@ -63,7 +74,7 @@ class TableCache:
         """Make the cache hold the table at ``version`` (a reload from Delta unless it already does)."""
         if self.version == version and self._frames:
             return
-        rows = spark.read.format("delta").option("versionAsOf", version).load(self.path)
+        rows = self._layout(spark.read.format("delta").option("versionAsOf", version).load(self.path))
         self._replace([materialize(self._fold(rows).select(*self._columns))], version)
         log.info("cache of %s loaded at version %s", self.path, version)
 
