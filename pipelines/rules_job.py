@@ -5,7 +5,8 @@ driver (rules are small; at most ``MAX_BATCH_RECORDS`` per batch, bounded by ``m
 Kafka and ``maxFilesPerTrigger`` for files, and checked), validates them with pydantic and calls
 ``rules_cdc.apply_changes.apply_records`` with ``txn = (app id, batch id)``: a replayed batch writes nothing.
 
-* ``kafka``: ``settings.kafka.topics.rules``, ``startingOffsets`` from conf; offsets ``kafka:topic/p/o``.
+* ``kafka``: ``settings.kafka.topics.rules``, ``startingOffsets`` from conf; offsets ``kafka:topic/p/o``. The topic
+  is created first when it is missing (Spark's source would fail at once on a fresh broker).
 * ``files`` (the embedded default): JSON-lines files under ``settings.landing_path("rules")``, one record value
   per line, ``null`` for a Kafka tombstone; each file is read whole so that offsets are ``file:/path:line``.
 
@@ -27,7 +28,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
-from pipelines.kafka_clients import spark_kafka_options
+from pipelines.kafka_clients import ensure_topics, spark_kafka_options
 from pipelines.settings import Settings
 from rules_cdc.apply_changes import ApplyResult, apply_records, ensure_rules_tables
 from rules_cdc.parse_events import RawRecord
@@ -110,6 +111,9 @@ def start_rules_job(spark: SparkSession, settings: Settings, *, source: Source, 
     """Start the job: ``once`` processes what is available now and stops; else a trigger every
     ``engine.trigger_interval_seconds``. The checkpoint is ``checkpoint_path("rules_cdc")/<source>``."""
     ensure_rules_tables(spark, settings)
+    if source == "kafka":
+        for topic in ensure_topics(settings, [settings.kafka.topics.rules]):
+            print(f"rules run: created the missing Kafka topic {topic}", flush=True)
     handler = batch_handler(settings, source)
 
     def run_batch(batch: DataFrame, batch_id: int) -> None:

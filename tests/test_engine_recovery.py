@@ -4,7 +4,9 @@
 its second micro-batch — the bronze append, the alerts append or the bucket state MERGE — before the batch is
 logged or checkpointed; the job is then restarted from the same checkpoint (in this test's Spark session, to spare
 a second JVM start) and replays that batch. The lakehouse must then equal one from an uninterrupted run, computed
-once for the module: bronze, state, alerts, cooldown memory; no alert lost or written twice.
+once for the module: bronze, state, alerts, cooldown memory; no alert lost or written twice. The uninterrupted run
+is itself checked against independent computations: its alerts are the reference evaluator's, its bucket state the
+tiles computed in plain Python from the transactions.
 """
 
 from __future__ import annotations
@@ -19,15 +21,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_fixtures import make_rule, put_rules, table_rows
+from engine_fixtures import alerts_by_id, folded_state, independent_tiles, make_rule, put_rules, table_rows
 from pyspark.sql import SparkSession
+from reference_evaluator import RefBatch, evaluate
 from reliability_support import record_outcome, run_in_own_group
 
 from delta_tables.catalog import init_lakehouse
 from pipelines.engine.faults import FAULT_ENV
 from pipelines.engine.job import EngineRun, run_engine
-from pipelines.generator import FraudRates, GeneratorConfig, generate, to_json
+from pipelines.engine.keys import encode_key
+from pipelines.generator import FraudRates, GeneratorConfig, Transaction, generate, to_json
 from pipelines.settings import LAKEHOUSE_ENV, Settings
+from rules_cdc.rule_model import Rule
 
 FILES, PER_FILE = 2, 200
 VOLATILE = {
@@ -38,7 +43,15 @@ VOLATILE = {
 }
 
 
-def _landing(folder: Path) -> None:
+RULES: list[Rule] = [
+    make_rule(1, aggregatorFunctionType="COUNT", limit=3, windowMinutes=2, cooldownMinutes=1),
+    make_rule(2, groupingKeyNames=["beneficiaryId"], limit=2000, windowMinutes=30),
+    make_rule(3, groupingKeyNames=[], aggregatorFunctionType="MAX", limit=5000, windowMinutes=5),
+]
+
+
+def _landing(folder: Path) -> list[list[Transaction]]:
+    """Write the landing files (one per micro-batch); return their records, file by file."""
     config = GeneratorConfig(
         seed=11,
         start_ms=1_700_006_400_000,
@@ -48,25 +61,19 @@ def _landing(folder: Path) -> None:
         fraud=FraudRates.split(0.03),
     )
     records = generate(config, FILES * PER_FILE)
+    files = [records[i * PER_FILE : (i + 1) * PER_FILE] for i in range(FILES)]
     folder.mkdir(parents=True)
-    for i in range(FILES):
+    for i, part in enumerate(files):
         path = folder / f"part-{i}.jsonl"
-        path.write_text("\n".join(to_json(r) for r in records[i * PER_FILE : (i + 1) * PER_FILE]) + "\n")
+        path.write_text("\n".join(to_json(r) for r in part) + "\n")
         os.utime(path, (1_700_000_000 + i, 1_700_000_000 + i))  # the file source takes them oldest first
+    return files
 
 
 def _lakehouse(spark: SparkSession, settings: Settings, root: Path) -> Settings:
     own = settings.with_lakehouse(str(root))
     init_lakehouse(spark, own)
-    put_rules(
-        spark,
-        own,
-        [
-            make_rule(1, aggregatorFunctionType="COUNT", limit=3, windowMinutes=2, cooldownMinutes=1),
-            make_rule(2, groupingKeyNames=["beneficiaryId"], limit=2000, windowMinutes=30),
-            make_rule(3, groupingKeyNames=[], aggregatorFunctionType="MAX", limit=5000, windowMinutes=5),
-        ],
-    )
+    put_rules(spark, own, RULES)
     return own
 
 
@@ -93,13 +100,20 @@ class Reference:
 def reference(spark: SparkSession, base_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Reference:
     folder = tmp_path_factory.mktemp("recovery")
     landing = folder / "landing"
-    _landing(landing)
+    files = _landing(landing)
     clean = _lakehouse(spark, base_settings, folder / "clean")
     lines: list[str] = []
     run_engine(spark, clean, replace(RUN, input_path=str(landing)), report=lines.append)
     assert [line.split(":")[0] for line in lines] == ["batch 0", "batch 1"]
     rows = {table: table_rows(spark, clean.table_path(table), drop=volatile) for table, volatile in VOLATILE.items()}
     assert len(rows["alerts"]) > 0 and {row[1] for row in rows["alerts"]} == {1, 2, 3}
+    # The run the crashed ones are compared with is right by independent computations, not just by itself.
+    expected = {
+        (a.rule_id, a.transaction_id): (encode_key(a.key), a.aggregate_value)
+        for a in evaluate([RefBatch(RULES, part) for part in files])
+    }
+    assert alerts_by_id(spark, clean) == expected
+    assert folded_state(spark, clean) == independent_tiles([r for part in files for r in part], RULES)
     return Reference(landing, rows)
 
 

@@ -1,8 +1,14 @@
 """Start and supervise the streaming engine: source -> ``foreachBatch(BatchHandler)``, checkpoint in the lakehouse.
 
 ``run_engine`` runs until the source is exhausted (``once=True``: availableNow, for scheduled jobs) or until
-SIGTERM/SIGINT, on which it lets the micro-batch in flight finish and then stops the query (a kill without that
-grace is still safe: the batch is replayed on restart, see batch_handler).
+SIGTERM/SIGINT. On a stop signal it lets the micro-batch in flight finish, for at most ``STOP_GRACE_SECONDS``,
+then stops the query, which abandons whatever runs then (a later batch started back to back, or a trigger stuck
+retrying Kafka offsets against a broker that went away); Spark is given ``STOP_TIMEOUT_SECONDS`` to end its stream
+thread, after which the query is left behind. So the process ends within about a minute of the signal whatever the
+query is doing, and an abandoned batch is replayed on restart (it is idempotent, see batch_handler).
+
+With a Kafka source the transactions topic is created first when it is missing (and the alerts topic, when alerts
+go to Kafka): a fresh broker must not make the query die with ``UnknownTopicOrPartitionException``.
 
 Example::
 
@@ -27,10 +33,15 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from delta_tables.catalog import init_lakehouse
 from pipelines.engine.batch_handler import BatchHandler
-from pipelines.engine.sources import SourceKind, read_source
+from pipelines.engine.sources import SourceKind, ensure_source_topics, read_source
 from pipelines.settings import Settings
 
 log = logging.getLogger(__name__)
+
+STOP_GRACE_SECONDS = 30.0
+"""On a stop signal, how long the micro-batch in flight may take to finish before it is abandoned."""
+STOP_TIMEOUT_SECONDS = 15
+"""How long ``StreamingQuery.stop`` may wait for Spark's stream thread (``spark.sql.streaming.stopTimeout``)."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +78,12 @@ def start_engine(
     init_lakehouse(spark, settings)
     if run.source == "files" and not run.input_path and "://" not in settings.lakehouse_root:
         Path(settings.landing_path("transactions")).mkdir(parents=True, exist_ok=True)
+    alerts_to_kafka = settings.engine.alerts_to_kafka if run.alerts_to_kafka is None else run.alerts_to_kafka
+    if run.source == "kafka" or alerts_to_kafka:
+        for topic in ensure_source_topics(settings, run.source, topic=run.input_path, alerts=alerts_to_kafka):
+            print(f"engine: created the missing Kafka topic {topic}", flush=True)
+    # Read when the query starts (its session is a clone): a stop must not wait forever for the stream thread.
+    spark.conf.set("spark.sql.streaming.stopTimeout", str(STOP_TIMEOUT_SECONDS * 1000))
     checkpoint = run.checkpoint_path(settings)
     raw = read_source(
         spark,
@@ -104,14 +121,59 @@ def stop_requested() -> Iterator[threading.Event]:
             signal.signal(sig, old)
 
 
-def supervise(query: StreamingQuery, stop: threading.Event, *, poll_seconds: int = 1) -> None:
-    """Wait for the query to end; on ``stop``, let the running micro-batch finish, then stop it."""
+def _last_batch(query: StreamingQuery) -> int:
+    """The id of the last completed micro-batch (-1 before the first)."""
+    progress = query.lastProgress
+    return int(progress["batchId"]) if progress else -1
+
+
+def finish_in_flight(query: StreamingQuery, grace_seconds: float) -> bool:
+    """Wait until no micro-batch is in flight, or the one that was has completed, for at most ``grace_seconds``;
+    True if so. ``isTriggerActive`` alone stays true across back-to-back batches and while Kafka offsets are
+    retried, so the batch in flight is recognised by its id, and a trigger still getting offsets has none."""
+    deadline = time.monotonic() + grace_seconds
+    in_flight = _last_batch(query) + 1
+    while query.isActive and time.monotonic() < deadline:
+        status = query.status
+        if not status["isTriggerActive"] or _last_batch(query) >= in_flight:
+            return True
+        if str(status["message"]).startswith("Getting offsets"):
+            return True  # no batch started yet (perhaps Kafka retrying against a broker that is gone)
+        time.sleep(0.2)
+    return not query.isActive
+
+
+def stop_query(query: StreamingQuery, *, grace_seconds: float = STOP_GRACE_SECONDS) -> str:
+    """Stop the query within about ``grace_seconds + STOP_TIMEOUT_SECONDS``; say how it went."""
+    finished = finish_in_flight(query, grace_seconds)
+    try:
+        query.stop()
+    except Exception as error:  # Spark's TimeoutException: its stream thread is stuck (e.g. in a Kafka call)
+        log.warning("the streaming query did not stop within %s s: %s", STOP_TIMEOUT_SECONDS, error)
+        return "left the stream thread behind (the batch replays on restart)"
+    if finished:
+        return "the micro-batch in flight finished"
+    return f"abandoned the micro-batch in flight after {grace_seconds:.0f} s (it replays on restart)"
+
+
+def supervise(
+    query: StreamingQuery,
+    stop: threading.Event,
+    *,
+    poll_seconds: int = 1,
+    grace_seconds: float = STOP_GRACE_SECONDS,
+    report: Callable[[str], None] | None = None,
+) -> None:
+    """Wait for the query to end; on ``stop``, let the micro-batch in flight finish (for at most
+    ``grace_seconds``), then stop it."""
+    say = report or print
     while query.isActive:
         if stop.is_set():
-            while query.isActive and query.status["isTriggerActive"]:
-                time.sleep(0.2)
-            query.stop()
-            break
+            started = time.monotonic()
+            say(f"engine: stop requested; letting the micro-batch in flight finish (at most {grace_seconds:.0f} s)")
+            how = stop_query(query, grace_seconds=grace_seconds)
+            say(f"engine: stopped in {time.monotonic() - started:.1f} s; {how}")
+            return
         query.awaitTermination(poll_seconds)
     error = query.exception()
     if error is not None:
@@ -129,4 +191,4 @@ def run_engine(
             f"({'until caught up' if run.once else 'continuous'}; checkpoint {run.checkpoint_path(settings)})",
             flush=True,
         )
-        supervise(query, stop)
+        supervise(query, stop, report=lambda line: print(line, flush=True))

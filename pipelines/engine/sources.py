@@ -2,7 +2,8 @@
 
 * ``files``: JSON lines under a folder (default ``<lakehouse>/_landing/transactions``), read as text so that an
   unparseable line is kept verbatim; ingestion time = the file's modification time.
-* ``kafka``: the transactions topic (conf ``kafka``); ingestion time = the record's Kafka timestamp.
+* ``kafka``: the transactions topic (conf ``kafka``); ingestion time = the record's Kafka timestamp. Spark's
+  source fails at once on a topic that does not exist, so the job creates it first (``ensure_source_topics``).
 * ``delta``: a Delta table of transactions (any columns; each row is turned into JSON and parsed like the
   others); ingestion time = the start of the micro-batch.
 
@@ -20,7 +21,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pipelines.engine.parse_transactions import RAW_SCHEMA
-from pipelines.kafka_clients import spark_kafka_options
+from pipelines.kafka_clients import ensure_topics, spark_kafka_options
 from pipelines.settings import Settings
 
 SourceKind = Literal["files", "kafka", "delta"]
@@ -73,6 +74,16 @@ def read_kafka(spark: SparkSession, settings: Settings, *, topic: str | None = N
             F.col("timestamp").alias("ingestedAt"),
         )
     )
+
+
+def ensure_source_topics(
+    settings: Settings, kind: SourceKind, *, topic: str | None = None, alerts: bool = False
+) -> list[str]:
+    """Create the Kafka topics a run reads (and the alerts topic it writes, with ``alerts``) that are missing;
+    return the names created. Idempotent; a broker that cannot be reached fails here, with Kafka's error."""
+    wanted = [topic or settings.kafka.topics.transactions] if kind == "kafka" else []
+    wanted += [settings.kafka.topics.alerts] if alerts else []
+    return ensure_topics(settings, wanted) if wanted else []
 
 
 def read_delta(spark: SparkSession, path: str) -> DataFrame:
