@@ -72,5 +72,17 @@ kafka-start: setup ## start the local Kafka broker (KRaft) on 127.0.0.1
 kafka-stop: ## stop the local Kafka broker
 	@$(BIN)/fraudlake kafka stop
 
+.PHONY: cdc-start cdc-stop
+cdc-start: setup ## the real CDC path: broker, PostgreSQL rules DB (sample rules if empty), Kafka Connect + Debezium
+	@$(BIN)/fraudlake kafka start
+	@$(BIN)/fraudlake rulesdb start
+	@$(BIN)/fraudlake rulesdb seed --if-empty
+	@$(BIN)/fraudlake connect start
+
+cdc-stop: ## stop Kafka Connect, the rules database and the broker (their data and offsets are kept)
+	@$(BIN)/fraudlake connect stop
+	@$(BIN)/fraudlake rulesdb stop
+	@$(BIN)/fraudlake kafka stop
+
 clean: ## remove the work dir (lakehouse, checkpoints, broker data); keeps .venv and .jars
 	rm -rf .work

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Idempotent set-up for a fresh clone: a Python 3.11 virtualenv with the pinned packages, and the JVM jars
-# (Delta, the Spark Kafka connector, the Kafka broker) copied from Maven Central by Maven.
+# Idempotent set-up for a fresh clone: a Python 3.11 virtualenv with the pinned packages, the JVM jars
+# (Delta, the Spark Kafka connector, the Kafka broker, Kafka Connect + Debezium) copied from Maven Central by Maven,
+# and the PostgreSQL server binaries for the rules database (Debian's package, installed when missing and root).
 # A second run only compares two stamps and returns.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,3 +20,4 @@ if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$VENV/.fraudlake-stamp" 2>/dev/null)
 fi
 
 bash scripts/jars.sh
+bash scripts/ensure_postgres.sh

@@ -3,7 +3,7 @@
 ::
 
     fraudlake rulesdb start                 initdb once, start on rulesdb.port, apply conf/rulesdb/NNN_*.sql
-    fraudlake rulesdb seed [FILE]           insert or update the rules of FILE (default conf/sample_rules.json)
+    fraudlake rulesdb seed [FILE] [--if-empty]   insert or update the rules of FILE (default conf/sample_rules.json)
     fraudlake rulesdb psql [PSQL ARGS...]   psql on the rules database, e.g. -c "UPDATE fraud_rules SET ..."
     fraudlake rulesdb status | stop
 """
@@ -33,7 +33,7 @@ def register(subparsers: Any, parent: argparse.ArgumentParser) -> None:
         "args",
         nargs=argparse.REMAINDER,
         help='psql: its arguments (e.g. -c "UPDATE fraud_rules SET limit_value = 15 WHERE rule_id = 3"); '
-        "seed: a JSON file of rules (default conf/sample_rules.json)",
+        "seed: a JSON file of rules (default conf/sample_rules.json), --if-empty to skip when fraud_rules has rows",
     )
     parser.set_defaults(handler=run)
 
@@ -62,7 +62,11 @@ def _run(db: RulesDb, args: argparse.Namespace, schema: TransactionSchema) -> in
             return 1
         return db.interactive(args.args)
     else:
-        return _seed(db, Path(args.args[0]) if args.args else SAMPLE_RULES, schema)
+        files = [a for a in args.args if a != "--if-empty"]
+        if "--if-empty" in args.args and db.sql("SELECT count(*) FROM fraud_rules").strip() != "0":
+            print("rulesdb seed: fraud_rules has rules; nothing loaded (--if-empty)")
+            return 0
+        return _seed(db, Path(files[0]) if files else SAMPLE_RULES, schema)
     return 0
 
 
