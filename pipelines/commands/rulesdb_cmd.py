@@ -6,6 +6,8 @@
     fraudlake rulesdb seed [FILE] [--if-empty]   insert or update the rules of FILE (default conf/sample_rules.json)
     fraudlake rulesdb psql [PSQL ARGS...]   psql on the rules database, e.g. -c "UPDATE fraud_rules SET ..."
     fraudlake rulesdb status | stop
+
+``--conf``/``--lakehouse`` go before the action: everything after ``psql`` or ``seed`` is theirs.
 """
 
 from __future__ import annotations

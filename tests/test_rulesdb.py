@@ -1,0 +1,137 @@
+"""The rules database and the connector config: the private PostgreSQL cluster, its versioned schema, the CLI.
+
+Real PostgreSQL (the session cluster, and one short-lived cluster for the free-port case); no Connect, no Spark.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from debezium_support import own_database, sql_literal
+
+from pipelines.cli import main
+from pipelines.debezium_config import ConnectorConfigError, connector_config, read_properties
+from pipelines.rulesdb import RulesDb, RulesDbError, schema_files
+from pipelines.settings import REPO_ROOT, Settings
+from rules_cdc.parse_events import rule_columns
+from rules_cdc.rule_model import parse_rule
+
+SAMPLE_RULES = json.loads((REPO_ROOT / "conf" / "sample_rules.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def db(rulesdb: RulesDb) -> RulesDb:
+    return own_database(rulesdb, "fraudlake_unit")
+
+
+def _conf(settings: Settings, db: RulesDb, folder: Path) -> Path:
+    raw = settings.model_dump(mode="json")
+    raw["rulesdb"] = {**raw["rulesdb"], "data_dir": str(db.data_dir), "port": db.port, "database": db.database}
+    path = folder / "conf.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def test_the_schema_is_versioned_and_applied_once(db: RulesDb) -> None:
+    assert [path.name for _, path in schema_files()][:1] == ["001_fraud_rules.sql"]
+    assert db.schema_version() == max(v for v, _ in schema_files())
+    assert db.migrate() == []  # nothing new: applied once, recorded
+    wal = db.psql(["-c", "SHOW wal_level"], database="postgres").strip()
+    publication = db.sql("SELECT pubname FROM pg_publication_tables WHERE tablename = 'fraud_rules'").strip()
+    assert (wal, publication) == ("logical", "fraudlake_rules")
+
+
+def test_sample_rules_round_trip_through_the_table(db: RulesDb, base_settings: Settings) -> None:
+    schema = base_settings.transaction_schema
+    rules = [parse_rule(r, schema) for r in SAMPLE_RULES]
+    db.sql("TRUNCATE fraud_rules")
+    assert db.upsert_rules(rules) == len(rules)
+    assert db.upsert_rules(rules[:1]) == 1  # an upsert: no duplicate key
+    rows = json.loads(db.sql("SELECT json_agg(row_to_json(r) ORDER BY rule_id) FROM fraud_rules r"))
+    assert [parse_rule(rule_columns(row), schema) for row in rows] == rules
+
+
+def test_updated_at_is_kept_by_the_database(db: RulesDb) -> None:
+    db.sql("TRUNCATE fraud_rules")
+    db.sql(
+        "INSERT INTO fraud_rules (rule_id, aggregate_field_name, aggregator_function_type, limit_operator_type, "
+        "limit_value, window_minutes, updated_at) VALUES (1, 'COUNT', 'COUNT', 'GREATER', 1, 1, '2000-01-01')"
+    )
+    db.sql("UPDATE fraud_rules SET limit_value = 2 WHERE rule_id = 1")
+    assert db.sql("SELECT updated_at > '2020-01-01' FROM fraud_rules").strip() == "t"
+
+
+def test_a_rule_too_big_for_a_row_is_refused_by_the_database_not_toasted(db: RulesDb) -> None:
+    huge = {"field": "channel", "op": "IN", "value": [f"channel-{n:05d}-padding" for n in range(1000)]}
+    with pytest.raises(RulesDbError, match="row is too big"):
+        db.sql(
+            "INSERT INTO fraud_rules (rule_id, aggregate_field_name, aggregator_function_type, limit_operator_type, "
+            f"limit_value, window_minutes, filter) VALUES (2, 'COUNT', 'COUNT', 'GREATER', 1, 1, {sql_literal(huge)})"
+        )
+
+
+def test_cli_seeds_only_an_empty_table_when_asked_and_runs_psql(
+    db: RulesDb, base_settings: Settings, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    conf = _conf(base_settings, db, tmp_path)
+    db.sql("TRUNCATE fraud_rules")
+    assert main(["rulesdb", "--conf", str(conf), "seed", "--if-empty"]) == 0
+    assert "6 rule(s)" in capfd.readouterr().out
+    assert main(["rulesdb", "--conf", str(conf), "seed", "--if-empty"]) == 0
+    assert "nothing loaded" in capfd.readouterr().out
+    update = "UPDATE fraud_rules SET limit_value = 15 WHERE rule_id = 3"
+    assert main(["rulesdb", "--conf", str(conf), "psql", "-c", update]) == 0  # options before the action
+    assert "UPDATE 1" in capfd.readouterr().out
+    assert db.sql("SELECT limit_value FROM fraud_rules WHERE rule_id = 3").strip() == "15"
+    assert main(["rulesdb", "--conf", str(conf), "status"]) == 0
+    assert f"running (postgresql://fraudlake@127.0.0.1:{db.port}/fraudlake_unit" in capfd.readouterr().out
+
+
+@pytest.fixture
+def scratch_folder() -> Iterator[Path]:
+    folder = Path(tempfile.mkdtemp(prefix="fraudlake-rulesdb-scratch-"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_port_zero_picks_a_free_port_and_keeps_it_across_restarts(scratch_folder: Path) -> None:
+    db = RulesDb(data_dir=scratch_folder / "db", port=0)
+    try:
+        db.start()
+        port = db.effective_port()
+        assert port > 0 and db.running() and db.schema_version() >= 1
+        assert db.stop() and not db.running()
+        db.start()
+        assert db.effective_port() == port and db.running()
+        assert "running" in db.status()
+    finally:
+        db.stop()
+    assert not dataclasses.replace(db).running() and db.status().startswith("stopped")
+
+
+def test_connector_config_fills_placeholders_and_takes_overrides(base_settings: Settings, tmp_path: Path) -> None:
+    config = connector_config(base_settings, db_port=5555, overrides={"decimal.handling.mode": "precise"})
+    values = config["config"]
+    assert config["name"] == "fraudlake-rules-postgres"
+    assert (values["database.port"], values["transforms.route.replacement"]) == ("5555", "fraudlake.rules")
+    assert values["decimal.handling.mode"] == "precise" and values["skipped.operations"] == "none"
+    assert not any("{{" in v for v in values.values())
+    bad = tmp_path / "bad.properties"
+    bad.write_text("name=x\ndatabase.port={{rulesdb.nope}}\n")
+    with pytest.raises(ConnectorConfigError, match="unknown placeholder"):
+        connector_config(
+            base_settings.model_copy(
+                update={"connect": base_settings.connect.model_copy(update={"connector_conf": str(bad)})}
+            ),
+            db_port=1,
+        )
+    with pytest.raises(ConnectorConfigError, match="expected key=value"):
+        read_properties("just words\n")
