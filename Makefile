@@ -26,6 +26,13 @@ demo: setup ## run the main job end to end on embedded defaults (no Kafka needed
 test: setup ## run the test suite (real Spark, Delta and a real Kafka broker)
 	@$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# The inner loop: deselected by marker (pyproject.toml), never skipped. `make test` still runs everything.
+FAST_MARKERS := not kafka and not subprocess and not cluster and not slow
+
+.PHONY: test-fast
+test-fast: setup ## the inner loop (< 3 min): no broker, no subprocess crash tests, no cluster, no long scenarios
+	@$(BIN)/python -m pytest -m "$(FAST_MARKERS)" $(PYTEST_ARGS)
+
 check: lint typecheck ## ruff + mypy
 
 lint: setup ## ruff lint and format check

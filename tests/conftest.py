@@ -65,6 +65,13 @@ def pytest_configure(config: pytest.Config) -> None:
             os.environ[name] = value
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test that uses the session broker is a ``kafka`` test, marked or not (``make test-fast`` leaves it out)."""
+    for item in items:
+        if "kafka_broker" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.kafka)
+
+
 @pytest.fixture(autouse=True)
 def isolated_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every test starts from the isolated environment, whatever an earlier test or the caller left behind."""

@@ -22,7 +22,12 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from pyspark.sql import SparkSession
+
+from delta_tables.rules_seed import put_rule_rows
+from pipelines.settings import Settings, TransactionField
 from rules_cdc.rule_model import COUNT_FIELD, Rule, RuleState
+from rules_cdc.rules_table import rule_to_row, tombstone_row
 
 MIN = 60_000
 T0 = 1_700_006_400_000  # a UTC midnight: day tiles start here
@@ -287,3 +292,30 @@ def scenario(seed: int, *, batches: int = 5, rows_per_batch: int = 40) -> Scenar
         latest = max(times)
         high_water = latest if high_water is None else max(high_water, latest)
     return result
+
+
+# ---- running it ----------------------------------------------------------------------------------------------
+
+
+def scenario_settings(settings: Settings, case: Scenario, lakehouse: str) -> Settings:
+    """The settings a scenario runs with: its bucket size, lateness and retention; the ``flagged`` field."""
+    schema = settings.transaction_schema
+    with_flag = schema.model_copy(update={"fields": (*schema.fields, TransactionField(name="flagged", type="boolean"))})
+    engine = settings.engine.model_copy(
+        update={
+            "bucket_seconds": case.bucket_seconds,
+            "allowed_lateness_seconds": case.allowed_lateness_seconds,
+            "retention_every_batches": case.retention_every_batches,
+        }
+    )
+    return settings.with_lakehouse(lakehouse).model_copy(update={"engine": engine, "transaction_schema": with_flag})
+
+
+def put_batch_rules(spark: SparkSession, settings: Settings, case: Scenario, batch_no: int) -> None:
+    """The rules table as the scenario has it before batch ``batch_no``: live rules, disabled ones, tombstones."""
+    batch = case.batches[batch_no]
+    position = f"test:{batch_no:08d}"
+    rows = [rule_to_row(r, source_position=position, source_op="u", source_ts_ms=None) for r in batch.live]
+    rows += [rule_to_row(r, source_position=position, source_op="u", source_ts_ms=None) for r in batch.disabled]
+    rows += [tombstone_row(i, source_position=position, source_op="d", source_ts_ms=None) for i in batch.deleted]
+    put_rule_rows(spark, settings.table_path("rules"), rows)

@@ -16,17 +16,15 @@ import os
 from pathlib import Path
 
 import pytest
-from contract_scenarios import Scenario, scenario
+from contract_scenarios import put_batch_rules, scenario, scenario_settings
 from engine_fixtures import alerts_by_id, raw_frame
 from pyspark.sql import SparkSession
 from reference_evaluator import RefBatch, evaluate
 
 from delta_tables.catalog import init_lakehouse
-from delta_tables.rules_seed import put_rule_rows
 from pipelines.engine.batch_handler import BatchHandler
 from pipelines.engine.keys import encode_key
-from pipelines.settings import Settings, TransactionField
-from rules_cdc.rules_table import rule_to_row, tombstone_row
+from pipelines.settings import Settings
 
 BASE_SEED = 20261123
 
@@ -40,40 +38,16 @@ def _seeds() -> list[int]:
     return [base + i for i in range(count)]
 
 
-def _settings_for(settings: Settings, case: Scenario, root: Path) -> Settings:
-    schema = settings.transaction_schema
-    with_flag = schema.model_copy(update={"fields": (*schema.fields, TransactionField(name="flagged", type="boolean"))})
-    engine = settings.engine.model_copy(
-        update={
-            "bucket_seconds": case.bucket_seconds,
-            "allowed_lateness_seconds": case.allowed_lateness_seconds,
-            "retention_every_batches": case.retention_every_batches,
-        }
-    )
-    return settings.with_lakehouse(str(root / "lakehouse")).model_copy(
-        update={"engine": engine, "transaction_schema": with_flag}
-    )
-
-
-def _put_rules(spark: SparkSession, settings: Settings, batch_no: int, case: Scenario) -> None:
-    batch = case.batches[batch_no]
-    position = f"test:{batch_no:08d}"
-    rows = [rule_to_row(r, source_position=position, source_op="u", source_ts_ms=None) for r in batch.live]
-    rows += [rule_to_row(r, source_position=position, source_op="u", source_ts_ms=None) for r in batch.disabled]
-    rows += [tombstone_row(i, source_position=position, source_op="d", source_ts_ms=None) for i in batch.deleted]
-    put_rule_rows(spark, settings.table_path("rules"), rows)
-
-
 @pytest.mark.parametrize("seed", _seeds())
 def test_random_scenario_alerts_equal_the_reference(
     spark: SparkSession, settings: Settings, tmp_path: Path, seed: int
 ) -> None:
     case = scenario(seed)
-    run_settings = _settings_for(settings, case, tmp_path)
+    run_settings = scenario_settings(settings, case, str(tmp_path / "lakehouse"))
     init_lakehouse(spark, run_settings)
     handler = BatchHandler(run_settings, app_id=f"engine-random-{seed}", report=lambda line: None)
     for batch_no, batch in enumerate(case.batches):
-        _put_rules(spark, run_settings, batch_no, case)
+        put_batch_rules(spark, run_settings, case, batch_no)
         counts = handler.process(raw_frame(spark, [*batch.transactions, *batch.invalid]), batch_no)
         assert counts["rows"] == len(batch.transactions) + len(batch.invalid), f"seed {seed} batch {batch_no}"
         assert counts["quarantined"] == len(batch.invalid), f"seed {seed} batch {batch_no}"

@@ -34,6 +34,7 @@ from pipelines.generator import FraudRates, GeneratorConfig, Transaction, genera
 from pipelines.settings import LAKEHOUSE_ENV, Settings
 from rules_cdc.rule_model import Rule
 
+pytestmark = pytest.mark.subprocess  # SIGKILLed CLI runs: a JVM each
 FILES, PER_FILE = 2, 200
 VOLATILE = {
     "bronze_transactions": (),

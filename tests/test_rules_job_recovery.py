@@ -25,6 +25,8 @@ from rules_cdc_support import rule_event
 from pipelines.rules_job import start_rules_job
 from pipelines.settings import LAKEHOUSE_ENV, Settings, load_settings
 
+pytestmark = pytest.mark.subprocess  # SIGKILLed CLI runs: a JVM each
+
 SCHEMA = load_settings().transaction_schema
 T = 1_700_000_000_000
 LINES = [

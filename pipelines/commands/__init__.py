@@ -8,6 +8,7 @@ from typing import Any
 from pipelines.commands import (
     alerts_cmd,
     bench_cmd,
+    cluster_cmd,
     connect_cmd,
     demo_cmd,
     dq_cmd,
@@ -28,6 +29,7 @@ Register = Callable[[Any, Any], None]
 COMMANDS: list[Register] = [
     alerts_cmd.register,
     bench_cmd.register,
+    cluster_cmd.register,
     connect_cmd.register,
     demo_cmd.register,
     dq_cmd.register,

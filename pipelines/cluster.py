@@ -1,0 +1,212 @@
+"""A Spark standalone cluster on this machine, from pyspark's own ``spark-class``: a master and N workers.
+
+Each daemon is its own JVM (``org.apache.spark.deploy.master.Master`` / ``...worker.Worker``), in a process group of
+its own, logging under ``<work_dir>/cluster``; every worker offers ``cores`` cores and ``memory`` to executors. It
+is how ``fraudlake cluster start|stop|status`` and the cluster test show the engine running with executors in
+other JVMs than the driver (``spark.master = spark://...``), as on a real cluster. No download: the jars are
+pyspark's.
+
+Example::
+
+    cluster = StandaloneCluster(Path(".work/cluster"))
+    cluster.start()                 # returns when both workers are registered and ALIVE
+    conf = cluster.spark_conf()     # {"spark.master": "spark://127.0.0.1:17077", "spark.executor.cores": "1", ...}
+    cluster.stop()
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyspark
+
+from pipelines.runtime_env import ensure_java_home
+
+MASTER_PORT = 17077
+MASTER_UI_PORT = 17080
+DAEMON_MEMORY = "256m"  # the master and worker JVMs themselves; executors get the worker's ``memory``
+
+
+class ClusterError(RuntimeError):
+    """The cluster could not be started, or did not come up in time."""
+
+
+def spark_home() -> Path:
+    """pyspark's own Spark distribution (bin/spark-class, jars/)."""
+    return Path(pyspark.__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class StandaloneCluster:
+    """A master on ``master_port`` (web UI on ``ui_port``) and ``workers`` workers of ``cores`` cores each."""
+
+    work_dir: Path
+    master_port: int = MASTER_PORT
+    ui_port: int = MASTER_UI_PORT
+    workers: int = 2
+    cores: int = 1
+    memory: str = "1g"
+    executor_memory: str = "768m"
+    host: str = "127.0.0.1"
+
+    @property
+    def master_url(self) -> str:
+        return f"spark://{self.host}:{self.master_port}"
+
+    def spark_conf(self) -> dict[str, str]:
+        """What a driver needs to run on this cluster: one executor per worker, each using its cores."""
+        return {
+            "spark.master": self.master_url,
+            "spark.executor.cores": str(self.cores),
+            "spark.executor.memory": self.executor_memory,
+            "spark.cores.max": str(self.cores * self.workers),
+        }
+
+    def _pid_file(self, name: str) -> Path:
+        return self.work_dir / f"{name}.pid"
+
+    def _names(self) -> list[str]:
+        return ["master", *[f"worker-{n}" for n in range(1, self.workers + 1)]]
+
+    def _environment(self) -> dict[str, str]:
+        conf_dir = self.work_dir / "conf"  # empty: no spark-defaults.conf or spark-env.sh from elsewhere
+        conf_dir.mkdir(parents=True, exist_ok=True)
+        return {
+            **os.environ,
+            "SPARK_HOME": str(spark_home()),
+            "SPARK_CONF_DIR": str(conf_dir),
+            "JAVA_HOME": ensure_java_home(),
+            "SPARK_LOCAL_IP": self.host,
+            "SPARK_DAEMON_MEMORY": DAEMON_MEMORY,
+        }
+
+    def _command(self, name: str) -> list[str]:
+        spark_class = str(spark_home() / "bin" / "spark-class")
+        if name == "master":
+            return [
+                spark_class,
+                "org.apache.spark.deploy.master.Master",
+                *("--host", self.host, "--port", str(self.master_port), "--webui-port", str(self.ui_port)),
+            ]
+        work = self.work_dir / name
+        work.mkdir(parents=True, exist_ok=True)
+        return [
+            spark_class,
+            "org.apache.spark.deploy.worker.Worker",
+            *("--host", self.host, "--webui-port", "0", "--cores", str(self.cores), "--memory", self.memory),
+            *("--work-dir", str(work), self.master_url),
+        ]
+
+    def pid(self, name: str) -> int | None:
+        """The pid of one daemon if it is alive."""
+        try:
+            pid = int(self._pid_file(name).read_text().strip())
+            os.kill(pid, 0)
+        except (FileNotFoundError, ValueError, ProcessLookupError, PermissionError):
+            return None
+        return pid
+
+    def state(self) -> dict[str, Any] | None:
+        """The master's JSON status (``aliveworkers``, ``workers``, ``activeapps``, ...), None if it does not answer."""
+        try:
+            with urllib.request.urlopen(f"http://{self.host}:{self.ui_port}/json/", timeout=3) as response:
+                state: dict[str, Any] = json.loads(response.read())
+                return state
+        except (OSError, urllib.error.URLError, ValueError):
+            return None
+
+    def alive_workers(self) -> int:
+        state = self.state()
+        return sum(1 for w in (state or {}).get("workers", []) if w.get("state") == "ALIVE")
+
+    def start(self, wait_s: float = 120.0) -> None:
+        """Start the master and the workers (idempotent); return when every worker is registered and ALIVE."""
+        if all(self.pid(name) for name in self._names()) and self.alive_workers() >= self.workers:
+            return
+        if self.pid("master") is None and _port_open(self.host, self.master_port):
+            raise ClusterError(f"port {self.master_port} is taken by another process")
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        env = self._environment()
+        for name in self._names():
+            if self.pid(name) is not None:
+                continue
+            with open(self.work_dir / f"{name}.log", "ab") as out:
+                process = subprocess.Popen(
+                    self._command(name),
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=env,
+                    start_new_session=True,
+                )
+            self._pid_file(name).write_text(str(process.pid))
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            dead = [name for name in self._names() if self.pid(name) is None]
+            if dead:
+                self.stop()
+                raise ClusterError(f"{', '.join(dead)} exited; see {self.work_dir}/<name>.log")
+            if self.alive_workers() >= self.workers:
+                return
+            time.sleep(0.5)
+        self.stop()
+        raise ClusterError(f"{self.workers} workers did not register within {wait_s:.0f} s; see {self.work_dir}")
+
+    def stop(self, wait_s: float = 20.0) -> list[str]:
+        """Stop every daemon (SIGTERM to its group, SIGKILL after ``wait_s``); return the names that were running."""
+        names = sorted({p.stem for p in self.work_dir.glob("*.pid")} | set(self._names()), reverse=True)
+        running = {name: pid for name in names if (pid := self.pid(name)) is not None}
+        for pid in running.values():
+            _signal_group(pid, signal.SIGTERM)
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and any(_alive(pid) for pid in running.values()):
+            time.sleep(0.2)
+        for pid in running.values():
+            if _alive(pid):
+                _signal_group(pid, signal.SIGKILL)
+        for name in names:
+            self._pid_file(name).unlink(missing_ok=True)
+        return list(running)
+
+    def status(self) -> str:
+        if self.pid("master") is None:
+            return "stopped"
+        daemons = sum(1 for name in self._names() if self.pid(name) is not None)
+        return f"{self.master_url}: {daemons} daemon(s) running, {self.alive_workers()}/{self.workers} workers alive"
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pid, sig)  # each daemon leads its own group (start_new_session)
+    except ProcessLookupError:
+        pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        waited, _ = os.waitpid(pid, os.WNOHANG)  # reap it if it is our child
+        if waited == pid:
+            return False
+    except ChildProcessError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _port_open(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
