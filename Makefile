@@ -62,7 +62,8 @@ contract-long: setup ## randomized engine contract runs from a random base seed 
 
 .PHONY: fuzz reliability
 RELIABILITY_TESTS := tests/test_engine_recovery.py tests/test_rules_job_recovery.py tests/test_faults_concurrent.py \
-	tests/test_broker_outage.py tests/test_fuzz_parsers.py tests/test_hostile_rules.py tests/test_schema_drift.py
+	tests/test_broker_outage.py tests/test_engine_stop.py tests/test_fuzz_parsers.py tests/test_hostile_rules.py \
+	tests/test_schema_drift.py
 
 fuzz: setup ## long hypothesis runs of the CDC and transaction parsers (FUZZ_EXAMPLES, default 5000)
 	@FRAUDLAKE_FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-5000} $(BIN)/python -m pytest tests/test_fuzz_parsers.py -q $(PYTEST_ARGS)

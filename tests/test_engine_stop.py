@@ -34,6 +34,7 @@ from engine_fixtures import alerts_by_id, json_line, make_rule, put_rules
 from kafka import KafkaProducer
 from pyspark.sql import SparkSession
 from reference_evaluator import RefBatch, evaluate
+from reliability_support import record_outcome
 from rules_cdc_support import write_conf
 
 from delta_tables.catalog import init_lakehouse
@@ -168,6 +169,16 @@ def test_sigterm_on_an_engine_that_is_behind(
     everything = [r for records in parts for r in records]
     assert sorted(ids) == sorted(r["transactionId"] for r in everything)  # each once
     assert alerts_by_id(spark, settings) == _expected(everything)
+    record_outcome(
+        "SIGTERM to a continuous engine behind by a backlog of 40 micro-batches, then restarted",
+        "fault",
+        records_in=len(everything),
+        applied=len(set(ids)),
+        quarantined=0,
+        duplicated=len(ids) - len(set(ids)),
+        outcome=f"exit 0 {seconds:.1f} s after the signal ({len(done)} batches done); restart: alerts = contract",
+        seconds=seconds,
+    )
 
 
 @pytest.fixture
@@ -230,3 +241,14 @@ def test_sigterm_on_an_engine_whose_broker_went_away(
         for a in evaluate([RefBatch(RULES, batch) for batch in batches])
     }
     assert alerts_by_id(spark, settings) == expected
+    ids = _bronze_ids(spark, settings)
+    record_outcome(
+        "SIGTERM to a continuous engine whose Kafka broker went away, then restarted",
+        "fault",
+        records_in=len(records),
+        applied=len(set(ids)),
+        quarantined=0,
+        duplicated=len(ids) - len(set(ids)),
+        outcome=f"exit 0 {seconds:.1f} s after the signal; restart: alerts = contract",
+        seconds=seconds,
+    )
