@@ -316,6 +316,19 @@ def test_connect_killed_mid_stream_loses_no_change_and_duplicates_are_harmless(s
     print(f"\nconnect kill: {updates} updates, {duplicates} re-sent after the restart, none lost")
 
 
+def test_a_truncate_tombstones_every_rule_and_a_later_insert_revives_one(stack: Stack) -> None:
+    db = stack.db
+    db.sql("TRUNCATE fraud_rules")
+    db.sql(INSERT + "(3, 'back after the truncate', '{payerId}', 'COUNT', 'COUNT', 'GREATER_EQUAL', 15, 5)")
+    wait_for("the lake to match the database after the truncate", lambda: lake_matches_db(stack))
+    rows = lake(stack)
+    assert {i for i, r in rows.items() if r["ruleState"] != "DELETED"} == {3}
+    assert rows[3]["ruleName"] == "back after the truncate" and rows[3]["sourceOp"] == "c"
+    marker = next(r for r in table_rows(stack.spark, stack.settings, "rules") if r["ruleId"] == TRUNCATE_MARKER_ID)
+    assert marker["sourceOp"] == "t" and marker["sourcePosition"] < rows[3]["sourcePosition"]
+    assert {rows[i]["sourcePosition"] for i in (1, 2, 7, 9)} == {marker["sourcePosition"]}  # tombstoned at it
+
+
 # ---- the engine ----------------------------------------------------------------------------------------------
 
 
