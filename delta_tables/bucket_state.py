@@ -76,8 +76,9 @@ def fold_tiles(rows: DataFrame) -> DataFrame:
     """One row per tile (TILE_KEY): the fold of its rows (sums, counts added; min of mins; max of maxes), with the
     newest ``lastBatchId`` and ``updatedAt`` when ``rows`` has them."""
     extra = [c for c in ("lastBatchId", "updatedAt") if c in rows.columns]
+    value_type = rows.schema["sum"].dataType  # decimal(38,6) in the table; the engine's cache folds units
     return rows.groupBy(*TILE_KEY).agg(
-        F.sum("sum").cast(AGGREGATE_TYPE).alias("sum"),
+        F.sum("sum").cast(value_type).alias("sum"),
         F.sum("count").alias("count"),
         F.sum("valueCount").alias("valueCount"),
         F.min("min").alias("min"),

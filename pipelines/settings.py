@@ -100,6 +100,9 @@ class EngineSettings(_Frozen):
     # Hash partitions of the hot path's frames (rows, tiles, cached state) by (state, key); None: the cluster's
     # default parallelism (local[2]: 2). Fixed for a run: the cached state is laid out with it.
     state_partitions: int | None = Field(None, ge=1, le=10_000)
+    # The hot path's exact arithmetic: "long" = 64-bit millionths, switching a run to "decimal" (38 digits) at the
+    # first overflow; "decimal" from the start (pipelines/engine/units.py).
+    units: Literal["long", "decimal"] = "long"
 
     @field_validator("bucket_seconds")
     @classmethod

@@ -27,9 +27,10 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from delta_tables.transaction_types import AGGREGATE_TYPE
 from pipelines.engine.buckets import tag_rows
-from pipelines.engine.evaluate import aggregate_values, rules_frame
+from pipelines.engine.evaluate import aggregate_units, holds, rules_frame
 from pipelines.engine.parse_transactions import parse_raw
 from pipelines.engine.states import LiveRule, states_of
+from pipelines.engine.units import WIDE_UNITS, to_units, units_to_decimal
 from pipelines.settings import Settings
 from rules_cdc.rule_model import Rule
 
@@ -93,7 +94,7 @@ class PerEventHandler:
     def evaluate(self, spark: SparkSession, tagged: DataFrame, prior: DataFrame) -> DataFrame:
         """Alerts of the batch (``tagged``: tag_rows output) against every prior event and the batch's own."""
         engine = self.settings.engine
-        rules = F.broadcast(rules_frame(spark, self.states, bucket_seconds=engine.bucket_seconds))
+        rules = F.broadcast(rules_frame(spark, self.states, bucket_seconds=engine.bucket_seconds, units=WIDE_UNITS))
         x = (
             tagged.join(rules, "stateId")
             .where(F.col("countsTransactions") | F.col("value").isNotNull())
@@ -105,9 +106,11 @@ class PerEventHandler:
                 "ruleId",
                 (F.col("windowMinutes").cast("long") * 60_000).alias("windowMs"),
                 "countsTransactions",
-                "aggregatorFunctionType",
+                "aggregator",
                 "acceptedSigns",
-                "limit",
+                "limitFloor",
+                "limitCeiling",
+                "limitSign",
             )
         )
         y = prior.select(
@@ -126,9 +129,11 @@ class PerEventHandler:
             "transactionId",
             "keyValue",
             "countsTransactions",
-            "aggregatorFunctionType",
+            "aggregator",
             "acceptedSigns",
-            "limit",
+            "limitFloor",
+            "limitCeiling",
+            "limitSign",
         ).agg(
             F.sum("value").alias("rSum"),
             F.count(F.lit(1)).alias("rCount"),
@@ -136,15 +141,18 @@ class PerEventHandler:
             F.min("value").alias("rMin"),
             F.max("value").alias("rMax"),
         )
-        none = F.lit(None).cast(AGGREGATE_TYPE)
-        valued = aggregate_values(
-            per_rule.withColumns(
+        # The engine's own limit check, in exact 38-digit units (pipelines.engine.units).
+        in_units = per_rule.withColumns({c: to_units(F.col(c), WIDE_UNITS) for c in ("rSum", "rMin", "rMax")})
+        none = F.lit(None).cast(WIDE_UNITS)
+        valued = aggregate_units(
+            in_units.withColumns(
                 {"cSum": none, "cCount": F.lit(0), "cValueCount": F.lit(0), "cMin": none, "cMax": none}
-            )
+            ),
+            WIDE_UNITS,
         )
-        difference = F.try_subtract(F.col("aggregateValue"), F.col("limit"))
-        holds = F.coalesce(F.array_contains("acceptedSigns", F.signum(difference).cast("int")), F.lit(False))
-        return valued.where(holds).select("ruleId", "transactionId", "keyValue", "aggregateValue")
+        return valued.where(holds(F.col("aggregateUnits"))).select(
+            "ruleId", "transactionId", "keyValue", units_to_decimal(F.col("aggregateUnits")).alias("aggregateValue")
+        )
 
     def alerts(self, spark: SparkSession) -> DataFrame:
         return spark.read.format("delta").load(self.alerts_path)

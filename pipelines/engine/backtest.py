@@ -33,7 +33,7 @@ from collections.abc import Iterator
 
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.types import StructField, StructType
 
 from delta_tables.alert_cooldown import ALERT_COOLDOWN_SCHEMA
 from delta_tables.bronze_transactions import bronze_spec
@@ -42,13 +42,20 @@ from pipelines.engine.buckets import tag_rows, tiles
 from pipelines.engine.cooldown import apply_cooldown
 from pipelines.engine.evaluate import candidate_alerts, reach_buckets, rules_frame, running_in_bucket
 from pipelines.engine.states import LiveRule, states_of
+from pipelines.engine.units import AGGREGATE_FIELDS, WIDE_UNITS
 from pipelines.settings import Settings
 from rules_cdc.rule_model import Rule, RuleState
 
 BACKTEST_COLUMNS = ("ruleId", "transactionId", "keyValue", "eventTime", "aggregateValue", "limit")
 """The columns of ``backtest_rule``'s result: one row per alert the candidate would have raised."""
 PER_DAY_COLUMNS = ("day", "alerts", "keys")
-_TILES_SCHEMA = StructType([f for f in BUCKET_STATE_SCHEMA.fields if f.name in TILE_COLUMNS])
+_TILES_SCHEMA = StructType(
+    [
+        StructField(f.name, WIDE_UNITS if f.name in AGGREGATE_FIELDS else f.dataType, f.nullable)
+        for f in BUCKET_STATE_SCHEMA.fields
+        if f.name in TILE_COLUMNS
+    ]
+)
 _KEEP = ("transactionId", "eventTime")
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
@@ -105,11 +112,12 @@ def backtest_rule(
     read_from_ms = None if from_ms is None else (from_ms // bucket_ms - reach) * bucket_ms
     history = _history(spark, settings, read_from_ms=read_from_ms, to_ms=to_ms)
 
-    tagged = tag_rows(history, states, bucket_ms=bucket_ms, keep=_KEEP)
+    # Exact 38-digit units: a backtest is one query, not a hot path, and must not overflow (pipelines.engine.units).
+    tagged = tag_rows(history, states, bucket_ms=bucket_ms, keep=_KEEP, units=WIDE_UNITS)
     running = running_in_bucket(tagged)  # over every row read: the window's rows before from_ms count too
     if from_ms is not None:
         running = running.where(F.col("eventTimeMs") >= from_ms)
-    rules = rules_frame(spark, states, bucket_seconds=bucket_seconds)
+    rules = rules_frame(spark, states, bucket_seconds=bucket_seconds, units=WIDE_UNITS)
     no_prior = spark.createDataFrame([], _TILES_SCHEMA)
     alerts = candidate_alerts(running, rules, no_prior, tiles(tagged, bucket_ms=bucket_ms), bucket_ms=bucket_ms)
     if candidate.cooldown_minutes:

@@ -59,6 +59,15 @@ from pipelines.engine.recovery import BATCH_LOG_WRITE, Attempt, EnginePaths, Pin
 from pipelines.engine.retention import cooldown_horizon_ms, retention_due, state_horizons
 from pipelines.engine.states import RulesCache, StateSpec, plan_states, states_of
 from pipelines.engine.table_cache import TableCache, materialize, release
+from pipelines.engine.units import (
+    ANSI_CONF,
+    LONG_UNITS,
+    UNIT_TYPES,
+    WIDE_UNITS,
+    is_overflow,
+    tiles_from_table,
+    tiles_to_table,
+)
 from pipelines.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -154,11 +163,12 @@ class BatchHandler:
         self._rules = RulesCache(self.paths.rules, self.paths.rule_states, settings.transaction_schema)
         bucket_ms = settings.engine.bucket_seconds * 1000
         self._layout: int | None = None  # hash partitions of the hot path's frames (``co_partitioned``)
+        self._units = UNIT_TYPES[settings.engine.units]  # the hot path's arithmetic (``pipelines.engine.units``)
         self._state = TableCache(
             self.paths.bucket_state,
             fold=lambda rows: with_coordinates(fold_tiles(rows), bucket_ms=bucket_ms),
             columns=STATE_ROWS,
-            layout=lambda rows: co_partitioned(rows, self._partitions()),
+            layout=lambda rows: co_partitioned(tiles_from_table(rows, self._units), self._partitions()),
         )
         self._memory = TableCache(self.paths.alert_cooldown, fold=fold_memory, columns=MEMORY_ROWS)
         self._previous: dict[str, Any] | None = None  # batch-log row of the last batch this handler completed
@@ -176,7 +186,25 @@ class BatchHandler:
         self.process(batch, batch_id)
 
     def process(self, batch: DataFrame, batch_id: int) -> dict[str, int]:
-        """Run one micro-batch; return its counts (rows, valid, late, quarantined, alerts, ...)."""
+        """Run one micro-batch; return its counts (rows, valid, late, quarantined, alerts, ...).
+
+        An aggregate beyond the 64-bit units (±9.2e12 at 6 decimals) fails the batch with an ANSI overflow; it
+        then runs again, as a replay of itself, in 38-digit decimal units, and so does every later batch of
+        this handler (``pipelines.engine.units``).
+        """
+        try:
+            return self._attempt(batch, batch_id)
+        except Exception as error:
+            if self._units != LONG_UNITS or not is_overflow(error):
+                raise
+            self.report(
+                f"batch {batch_id}: an aggregate left the 64-bit range (±9.2e12 with 6 decimals);"
+                " running it again, and every later batch, in 38-digit decimal arithmetic"
+            )
+            self._units = WIDE_UNITS
+            return self._attempt(batch, batch_id)
+
+    def _attempt(self, batch: DataFrame, batch_id: int) -> dict[str, int]:
         try:
             return self._process(batch, batch_id)
         except BaseException:
@@ -206,6 +234,8 @@ class BatchHandler:
         self._layout = self._layout or self.settings.engine.state_partitions or spark.sparkContext.defaultParallelism
         spark.conf.set(SHUFFLE_PARTITIONS_CONF, str(self._layout))
         spark.conf.set(CO_PARTITION_CONF, "false")
+        # Overflow must fail, not wrap or turn null: the units arithmetic relies on it (``process``).
+        spark.conf.set(ANSI_CONF, "true")
         # Adaptive execution plans one stage at a time, after the one before it finished: for a micro-batch's
         # small, well-sized shuffles that doubles the stages (44 -> 24 per batch) for nothing to adapt.
         spark.conf.set(ADAPTIVE_CONF, "false")
@@ -399,7 +429,8 @@ class BatchHandler:
         engine, batch_id = self.settings.engine, attempt.batch_id
         bucket_ms = engine.bucket_seconds * 1000
         files = files_for(stats["valid"] * len(states) * 3)  # at most three tiles (levels) per row and state
-        tagged = co_partitioned(tag_rows(valid, states, bucket_ms=bucket_ms, keep=TAGGED_KEEP), self._partitions())
+        tagged = tag_rows(valid, states, bucket_ms=bucket_ms, keep=TAGGED_KEEP, units=self._units)
+        tagged = co_partitioned(tagged, self._partitions())
         tagged = tagged.persist()
         cached.append(tagged)
         # Materialized (a local checkpoint): the append and the evaluation read it, then the state cache keeps it.
@@ -416,14 +447,16 @@ class BatchHandler:
             background.submit(
                 "state",
                 batch_id,
-                lambda: append_tiles(batch_tiles, state_path, batch_id=None, tag=state_tag, files=files),
+                lambda: append_tiles(
+                    tiles_to_table(batch_tiles), state_path, batch_id=None, tag=state_tag, files=files
+                ),
             )
         written = _Written(batch_tiles)
         active = [s for s in states if s.active_rules]
         if not active:
             return written
         active_ids = [s.state_id for s in active]
-        rules = rules_frame(spark, states, bucket_seconds=engine.bucket_seconds)
+        rules = rules_frame(spark, states, bucket_seconds=engine.bucket_seconds, units=self._units)
         prior = self._state.frame().where(F.col("stateId").isin(*active_ids))
         # Late rows are not evaluated but count for the rows after them, also within their bucket.
         running = running_in_bucket(tagged.where(F.col("stateId").isin(*active_ids))).where(~F.col("isLate"))
@@ -491,7 +524,7 @@ class BatchHandler:
             folded = with_coordinates(fold_tiles(self._state.frame()), bucket_ms=engine.bucket_seconds * 1000)
             folded = folded.where(trim_condition(horizons))
             folded = materialize(folded.withColumn("updatedAt", F.current_timestamp()))
-            compact_tiles(folded, self.paths.bucket_state, tag=attempt.tag("state-compact", pins))
+            compact_tiles(tiles_to_table(folded), self.paths.bucket_state, tag=attempt.tag("state-compact", pins))
             self._state.reset(spark, folded, written_version=read + 1)
         if not attempt.done("cooldown-compact"):
             horizon = cooldown_horizon_ms(high_water_ms=high_water_ms, lateness_ms=lateness_ms)

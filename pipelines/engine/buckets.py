@@ -25,6 +25,7 @@ from delta_tables.bucket_state import TILE_COLUMNS
 from delta_tables.transaction_types import AGGREGATE_TYPE
 from pipelines.engine.keys import key_column
 from pipelines.engine.states import StateSpec
+from pipelines.engine.units import to_units
 from rules_cdc.filter_expr import compile_filter
 
 LEVEL_FANOUT = (60, 24)
@@ -48,12 +49,14 @@ def bucket_index(event_time_ms: Column, bucket_ms: int) -> Column:
     return floor_div(event_time_ms, bucket_ms)
 
 
-def _state_entry(state: StateSpec, types: Mapping[str, DataType]) -> Column:
-    value = (
-        F.lit(None).cast(AGGREGATE_TYPE)
-        if state.aggregate_field is None
-        else F.col(state.aggregate_field).cast(AGGREGATE_TYPE)
-    )
+def _state_entry(state: StateSpec, types: Mapping[str, DataType], units: DataType | None) -> Column:
+    value_type = AGGREGATE_TYPE if units is None else units
+    if state.aggregate_field is None:
+        value = F.lit(None).cast(value_type)
+    elif units is None:
+        value = F.col(state.aggregate_field).cast(AGGREGATE_TYPE)
+    else:
+        value = to_units(F.col(state.aggregate_field), units)
     entry = F.struct(
         F.lit(state.state_id).alias("stateId"),
         key_column(state.grouping_key_names, types).alias("keyValue"),
@@ -62,16 +65,24 @@ def _state_entry(state: StateSpec, types: Mapping[str, DataType]) -> Column:
     return F.when(compile_filter(state.filter), entry)
 
 
-def tag_rows(transactions: DataFrame, states: Sequence[StateSpec], *, bucket_ms: int, keep: Sequence[str]) -> DataFrame:
+def tag_rows(
+    transactions: DataFrame,
+    states: Sequence[StateSpec],
+    *,
+    bucket_ms: int,
+    keep: Sequence[str],
+    units: DataType | None = None,
+) -> DataFrame:
     """One row per (transaction, state whose filter it passes): ``keep`` columns + stateId, keyValue, bucket, value.
 
     ``transactions`` needs ``eventTimeMs`` and every field the states name. A transaction passing no filter
-    yields no row; one whose aggregate field is null still counts (``value`` null) for COUNT rules.
+    yields no row; one whose aggregate field is null still counts (``value`` null) for COUNT rules. ``value`` is
+    decimal(38,6) (the tables' type), or, with ``units``, in units of that type (``pipelines.engine.units``).
     """
     if not states:
         raise ValueError("tag_rows needs at least one state")
     types = {field.name: field.dataType for field in transactions.schema.fields}
-    entries = F.filter(F.array(*[_state_entry(s, types) for s in states]), lambda e: e.isNotNull())
+    entries = F.filter(F.array(*[_state_entry(s, types, units) for s in states]), lambda e: e.isNotNull())
     exploded = transactions.select(*keep, "eventTimeMs", F.explode(entries).alias("_s"))
     return exploded.select(
         *keep,
@@ -119,8 +130,9 @@ def tiles(tagged: DataFrame, *, bucket_ms: int) -> DataFrame:
     level, tile = F.coalesce(F.col("_t.level"), F.lit(0)), F.coalesce(F.col("_t.tile"), F.lit(0).cast("long"))
     grouped = exploded.groupBy("stateId", "keyValue", level.alias("level"), tile.alias("tile"))
     sizes = F.element_at(F.array(*[F.lit(size * bucket_ms) for size in LEVEL_SIZES]), F.col("level") + 1)
+    value_type = tagged.schema["value"].dataType  # decimal(38,6) or units: sums stay in it (ANSI: no wrapping)
     aggregated = grouped.agg(
-        F.sum("value").cast(AGGREGATE_TYPE).alias("sum"),
+        F.sum("value").cast(value_type).alias("sum"),
         F.count(F.lit(1)).alias("count"),
         F.count("value").alias("valueCount"),
         F.min("value").alias("min"),

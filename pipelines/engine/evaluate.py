@@ -8,7 +8,8 @@ For transaction ``x`` in bucket ``b`` under rule ``r`` (reach ``R`` buckets), th
   (``running_in_bucket``: a ROWS window, so equal timestamps are split by transaction id).
 
 Bucket order agrees with (eventTime, transactionId) order, so nothing that follows ``x`` is counted.
-COUNT reads ``count``, SUM ``sum``, AVG ``sum / valueCount`` (HALF_UP to 6 decimals), MIN/MAX ``min``/``max``.
+COUNT reads ``count``, SUM ``sum``, AVG ``sum / valueCount`` (HALF_UP to 6 decimals), MIN/MAX ``min``/``max``;
+all of it in units (millionths, ``pipelines.engine.units``): exact, and integer arithmetic.
 
 Example::
 
@@ -19,12 +20,14 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Sequence
+from decimal import Decimal
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
     BooleanType,
+    DataType,
     IntegerType,
     LongType,
     StringType,
@@ -36,24 +39,42 @@ from delta_tables.local_rows import local_frame
 from delta_tables.transaction_types import AGGREGATE_TYPE
 from pipelines.engine.lookback import POINT_KEYS, range_aggregates
 from pipelines.engine.states import StateSpec
+from pipelines.engine.units import (
+    LONG_UNITS,
+    UNITS_PER_ONE,
+    average,
+    limit_bounds,
+    limit_sign,
+    units_to_decimal,
+)
 from rules_cdc.rule_model import LimitOperator
 
-RULES_FRAME_SCHEMA = StructType(
-    [
-        StructField("stateId", StringType(), False),
-        StructField("ruleId", LongType(), False),
-        StructField("reach", LongType(), False),
-        StructField("windowMinutes", IntegerType(), False),
-        StructField("countsTransactions", BooleanType(), False),
-        StructField("aggregatorFunctionType", StringType(), False),
-        StructField("limitOperatorType", StringType(), False),
-        StructField("acceptedSigns", ArrayType(IntegerType(), False), False),
-        StructField("limit", AGGREGATE_TYPE, False),
-        StructField("cooldownMs", LongType(), False),
-        StructField("ruleSnapshot", StringType(), False),
-        StructField("ruleSourcePosition", StringType(), True),
+_RULE_FIELDS = [
+    StructField("stateId", StringType(), False),
+    StructField("ruleId", LongType(), False),
+    StructField("reach", LongType(), False),
+    StructField("windowMinutes", IntegerType(), False),
+    StructField("countsTransactions", BooleanType(), False),
+    StructField("aggregatorFunctionType", StringType(), False),
+    StructField("aggregator", IntegerType(), False),  # AGGREGATOR_CODES: compared per row, cheaper than the name
+    StructField("limitOperatorType", StringType(), False),
+    StructField("acceptedSigns", ArrayType(IntegerType(), False), False),
+    StructField("limit", AGGREGATE_TYPE, False),
+    StructField("cooldownMs", LongType(), False),
+    StructField("ruleSnapshot", StringType(), False),
+    StructField("ruleSourcePosition", StringType(), True),
+]
+AGGREGATOR_CODES = {name: code for code, name in enumerate(("COUNT", "SUM", "AVG", "MIN", "MAX"))}
+
+
+def rules_schema(units: DataType) -> StructType:
+    """The rules frame's columns: the rule, and its limit in units (``units.limit_bounds``)."""
+    bounds = [
+        StructField("limitFloor", units, False),
+        StructField("limitCeiling", units, False),
+        StructField("limitSign", IntegerType(), True),
     ]
-)
+    return StructType([*_RULE_FIELDS, *bounds])
 
 
 def reach_buckets(window_minutes: int, bucket_seconds: int) -> int:
@@ -61,27 +82,40 @@ def reach_buckets(window_minutes: int, bucket_seconds: int) -> int:
     return (window_minutes * 60) // bucket_seconds
 
 
-def rules_frame(spark: SparkSession, states: Sequence[StateSpec], *, bucket_seconds: int) -> DataFrame:
-    """The ACTIVE rules as a small frame (RULES_FRAME_SCHEMA), one row per rule."""
-    rows = [
-        (
-            state.state_id,
-            live.rule.rule_id,
-            reach_buckets(live.rule.window_minutes, bucket_seconds),
-            live.rule.window_minutes,
-            live.rule.counts_transactions,
-            live.rule.aggregator_function_type.value,
-            live.rule.limit_operator_type.value,
-            _ACCEPTED_SIGNS[live.rule.limit_operator_type],
-            live.rule.limit,
-            (live.rule.cooldown_minutes or 0) * 60_000,
-            live.snapshot,
-            live.source_position,
-        )
-        for state in states
-        for live in state.active_rules
-    ]
-    return local_frame(spark, rows, RULES_FRAME_SCHEMA)  # literals, not a Python RDD: no Python worker
+def rules_frame(
+    spark: SparkSession, states: Sequence[StateSpec], *, bucket_seconds: int, units: DataType = LONG_UNITS
+) -> DataFrame:
+    """The ACTIVE rules as a small frame (``rules_schema(units)``), one row per rule."""
+    rows = []
+    for state in states:
+        for live in state.active_rules:
+            rule = live.rule
+            bounds = limit_bounds(rule.limit, units)
+            rows.append(
+                (
+                    state.state_id,
+                    rule.rule_id,
+                    reach_buckets(rule.window_minutes, bucket_seconds),
+                    rule.window_minutes,
+                    rule.counts_transactions,
+                    rule.aggregator_function_type.value,
+                    AGGREGATOR_CODES[rule.aggregator_function_type.value],
+                    rule.limit_operator_type.value,
+                    _ACCEPTED_SIGNS[rule.limit_operator_type],
+                    rule.limit,
+                    (rule.cooldown_minutes or 0) * 60_000,
+                    live.snapshot,
+                    live.source_position,
+                    _unit_value(bounds.floor, units),
+                    _unit_value(bounds.ceiling, units),
+                    bounds.sign,
+                )
+            )
+    return local_frame(spark, rows, rules_schema(units))  # no Python RDD: no Python worker
+
+
+def _unit_value(value: int, units: DataType) -> int | Decimal:
+    return value if isinstance(units, LongType) else Decimal(value)
 
 
 def running_in_bucket(tagged: DataFrame) -> DataFrame:
@@ -104,7 +138,7 @@ def running_in_bucket(tagged: DataFrame) -> DataFrame:
 
 
 def _plus(a: Column, b: Column) -> Column:
-    """Null-aware sum of two nullable decimals (null only when both are)."""
+    """Null-aware sum of two nullable numbers (null only when both are)."""
     return F.when(a.isNull(), b).when(b.isNull(), a).otherwise(a + b)
 
 
@@ -119,25 +153,27 @@ _ACCEPTED_SIGNS = {
 """``value OP limit`` holds iff ``sign(value - limit)`` is one of these (one comparison per row, whatever OP)."""
 
 
-def _holds(value: Column, limit: Column, accepted_signs: Column) -> Column:
-    difference = F.try_subtract(value, limit)  # null (no alert) rather than an overflow error near 1e32
-    return F.coalesce(F.array_contains(accepted_signs, F.signum(difference).cast("int")), F.lit(False))
+def holds(units: Column) -> Column:
+    """Whether the aggregate (in units) meets the rule's limit (columns of ``rules_frame``); null never does."""
+    sign = limit_sign(units, F.col("limitFloor"), F.col("limitCeiling"), F.col("limitSign"))
+    return F.coalesce(F.array_contains(F.col("acceptedSigns"), sign), F.lit(False))
 
 
-def aggregate_values(joined: DataFrame) -> DataFrame:
-    """Add ``aggregateValue`` (decimal(38,6)) from the range (``r*``) and running (``c*``) parts."""
+def aggregate_units(joined: DataFrame, units: DataType) -> DataFrame:
+    """Add ``aggregateUnits`` (the aggregate in ``units``) from the range (``r*``) and running (``c*``) parts,
+    all in units: COUNT from the counts, SUM the sums, AVG their quotient HALF_UP, MIN/MAX the least/greatest."""
     total_count = F.coalesce(F.col("rCount"), F.lit(0)) + F.col("cCount")
     value_count = F.coalesce(F.col("rValueCount"), F.lit(0)) + F.col("cValueCount")
     total_sum = _plus(F.col("rSum"), F.col("cSum"))
-    agg = F.col("aggregatorFunctionType")
+    code = F.col("aggregator")
     value = (
-        F.when(F.col("countsTransactions"), total_count.cast(AGGREGATE_TYPE))
-        .when(agg == "SUM", total_sum)
-        .when(agg == "AVG", total_sum / value_count)
-        .when(agg == "MIN", F.least("rMin", "cMin"))
-        .when(agg == "MAX", F.greatest("rMax", "cMax"))
+        F.when(F.col("countsTransactions"), (total_count * F.lit(UNITS_PER_ONE)).cast(units))
+        .when(code == AGGREGATOR_CODES["SUM"], total_sum)
+        .when(code == AGGREGATOR_CODES["AVG"], average(total_sum, value_count, units))
+        .when(code == AGGREGATOR_CODES["MIN"], F.least("rMin", "cMin"))
+        .when(code == AGGREGATOR_CODES["MAX"], F.greatest("rMax", "cMax"))
     )
-    return joined.withColumn("aggregateValue", value.cast(AGGREGATE_TYPE))
+    return joined.withColumn("aggregateUnits", value.cast(units))
 
 
 RULE_EVALUATION_COLUMNS = (
@@ -145,9 +181,11 @@ RULE_EVALUATION_COLUMNS = (
     "reach",
     "ruleId",
     "countsTransactions",
-    "aggregatorFunctionType",
+    "aggregator",
     "acceptedSigns",
-    "limit",
+    "limitFloor",
+    "limitCeiling",
+    "limitSign",
     "cooldownMs",
 )
 """What the fan-out of rows to rules carries per (row, rule); the rest of a rule's columns (its snapshot text
@@ -170,23 +208,26 @@ POINT_COLUMNS = (
 def evaluate(points: DataFrame, ranges: DataFrame, rules: DataFrame) -> DataFrame:
     """Candidate alerts: every (transaction, ACTIVE rule of its state it counts for) whose aggregate meets the limit.
 
-    ``points``: in-time tagged rows with the running columns, once per distinct ``reach`` of their state's rules;
-    ``ranges``: ``lookback.range_aggregates`` of those points; ``rules``: ``rules_frame`` (small, broadcast).
-    Cooldowns are applied afterwards (``cooldown``).
+    ``points``: in-time tagged rows with the running columns (values in units), once per distinct ``reach`` of
+    their state's rules; ``ranges``: ``lookback.range_aggregates`` of those points; ``rules``: ``rules_frame``
+    (small, broadcast). The candidates carry ``aggregateValue`` as decimal(38,6). Cooldowns are applied afterwards
+    (``cooldown``).
     """
-    # Ranges are per (point, reach), not per rule: they are joined to the rows once per reach (a shuffle join over
-    # rows x reaches), then the rows fan out to the rules (a broadcast join, no shuffle). Joining the rules first
-    # would shuffle rows x rules (5x more with five rules per state: docs/benchmarks.md, profile). The fan-out is
-    # the widest frame of a batch (rows x rules): it carries only the columns the limit check needs.
-    lean = points.select(*POINT_COLUMNS)
+    # Ranges are per (point, reach), not per rule: they are joined to the rows once per reach, then the rows fan
+    # out to the rules (a broadcast join, no shuffle). Joining the rules first would move rows x rules (5x more
+    # with five rules per state: docs/benchmarks.md, profile). The fan-out is the widest frame of a batch
+    # (rows x rules): it carries only the columns the limit check needs, and only numbers.
+    units = rules.schema["limitFloor"].dataType
+    lean = points.select(*[c for c in POINT_COLUMNS if c in points.columns])  # a backtest has no ingestedAt
     with_ranges = lean.join(ranges.hint("shuffle_hash"), list(POINT_KEYS), "left")  # no sort of either side
     per_rule = with_ranges.join(F.broadcast(rules.select(*RULE_EVALUATION_COLUMNS)), ["stateId", "reach"]).where(
         F.col("countsTransactions") | F.col("value").isNotNull()
     )
-    valued = aggregate_values(per_rule)
-    met = valued.where(_holds(F.col("aggregateValue"), F.col("limit"), F.col("acceptedSigns")))
+    met = aggregate_units(per_rule, units).where(holds(F.col("aggregateUnits")))
     described = rules.drop(*[c for c in RULE_EVALUATION_COLUMNS if c != "ruleId"])
-    return met.join(F.broadcast(described), "ruleId")
+    return met.join(F.broadcast(described), "ruleId").withColumn(
+        "aggregateValue", units_to_decimal(F.col("aggregateUnits"))
+    )
 
 
 def candidate_alerts(
