@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Idempotent set-up for a fresh clone: a Python 3.11 virtualenv with the pinned packages, the JVM jars
 # (Delta, the Spark Kafka connector, the Kafka broker, Kafka Connect + Debezium) copied from Maven Central by Maven,
-# and the PostgreSQL server binaries for the rules database (Debian's package, installed when missing and root).
+# the PostgreSQL server binaries for the rules database and Chromium for the console's browser tests (Debian's
+# packages, installed when missing and root).
 # A second run only compares two stamps and returns.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,9 +16,10 @@ if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$VENV/.fraudlake-stamp" 2>/dev/null)
   echo "setup: creating $VENV and installing Python packages (first run: a few minutes)"
   [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip
-  "$VENV/bin/python" -m pip install -q -c constraints.txt -e ".[local,dq,dev]"
+  "$VENV/bin/python" -m pip install -q -c constraints.txt -e ".[local,dq,console,dev]"
   echo "$py_stamp" > "$VENV/.fraudlake-stamp"
 fi
 
 bash scripts/jars.sh
 bash scripts/ensure_postgres.sh
+bash scripts/ensure_chromium.sh

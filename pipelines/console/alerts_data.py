@@ -1,0 +1,116 @@
+"""Alerts for the live list: filtered by rule, key and event time, newest first, and only those after a cursor.
+
+The live page polls ``recent_alerts(..., after=<newest detectedAt it has>)``: alerts are appended once per
+micro-batch with one ``detectedAt`` per batch, so "detected after the cursor" is exactly "new since the last poll"
+(the page also drops an ``alertId`` it already shows, should a replayed batch append nothing twice anyway).
+
+Example::
+
+    query = AlertQuery.parse(rule="7", key="[1001]", since="2024-06-01", until="")
+    alerts = recent_alerts(reader, query, limit=200)
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+from delta_tables.alerts import ALERTS
+from pipelines.console.lake_reader import Condition, LakeReader
+from pipelines.engine.backtest import parse_instant_ms
+
+LIST_COLUMNS = (
+    "alertId",
+    "ruleId",
+    "keyValue",
+    "transactionId",
+    "eventTime",
+    "aggregateValue",
+    "aggregatorFunctionType",
+    "limitOperatorType",
+    "limit",
+    "windowMinutes",
+    "detectedAt",
+    "batchId",
+    "rulesVersion",
+    "latencyMs",
+)
+
+
+class BadQuery(ValueError):
+    """A filter the page cannot use; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class AlertQuery:
+    """The live list's filters: a rule id, a key string (exact), an event-time range [since, until)."""
+
+    rule_id: int | None = None
+    key: str | None = None
+    since: dt.datetime | None = None
+    until: dt.datetime | None = None
+
+    @classmethod
+    def parse(
+        cls, *, rule: str | None = None, key: str | None = None, since: str | None = None, until: str | None = None
+    ) -> AlertQuery:
+        """From form text; raises ``BadQuery`` with a message for people."""
+        rule_id = None
+        if rule and rule.strip():
+            if not rule.strip().isdigit():
+                raise BadQuery(f"rule must be a rule id (digits), got {rule!r}")
+            rule_id = int(rule.strip())
+        return cls(rule_id, (key or "").strip() or None, _instant(since, "from"), _instant(until, "to"))
+
+    def conditions(self) -> list[Condition]:
+        where: list[Condition] = []
+        if self.rule_id is not None:
+            where.append(("ruleId", "=", self.rule_id))
+        if self.key is not None:
+            where.append(("keyValue", "=", self.key))
+        if self.since is not None:
+            where.append(("eventTime", ">=", self.since))
+        if self.until is not None:
+            where.append(("eventTime", "<", self.until))
+        return where
+
+    def as_params(self) -> dict[str, str]:
+        """The query as URL parameters (what the form sends), for links and the poller."""
+        return {
+            "rule": "" if self.rule_id is None else str(self.rule_id),
+            "key": self.key or "",
+            "since": self.since.strftime("%Y-%m-%dT%H:%M") if self.since else "",
+            "until": self.until.strftime("%Y-%m-%dT%H:%M") if self.until else "",
+        }
+
+
+def recent_alerts(
+    reader: LakeReader, query: AlertQuery, *, after: dt.datetime | None = None, limit: int = 200
+) -> list[dict[str, Any]]:
+    """Matching alerts, newest detection first (then rule, transaction), at most ``limit``."""
+    where = query.conditions()
+    if after is not None:
+        where.append(("detectedAt", ">", after))
+        # detectedDate partitions the table: skip the days before the cursor.
+        where.append(("detectedDate", ">=", after.date() - dt.timedelta(days=1)))
+    rows = reader.rows(ALERTS.name, columns=list(LIST_COLUMNS), where=where)
+    rows.sort(key=lambda r: (r["detectedAt"], r["ruleId"], r["transactionId"]), reverse=True)
+    return rows[:limit]
+
+
+def find_alert(reader: LakeReader, alert_id: str) -> dict[str, Any] | None:
+    """The alerts row with this id (``<ruleId>:<transactionId>``), or None."""
+    rule_text, _, transaction_id = alert_id.partition(":")
+    if not rule_text.isdigit() or not transaction_id:
+        return None
+    rows = reader.rows(ALERTS.name, where=[("ruleId", "=", int(rule_text)), ("alertId", "=", alert_id)])
+    return rows[0] if rows else None
+
+
+def _instant(text: str | None, name: str) -> dt.datetime | None:
+    try:
+        ms = parse_instant_ms(text)
+    except ValueError:
+        raise BadQuery(f"{name} must be an ISO date or date-time (UTC), got {text!r}") from None
+    return None if ms is None else dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)

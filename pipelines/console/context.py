@@ -1,0 +1,121 @@
+"""What every page of the console shares: settings, the lake reader, the rule writer, edits, backtests, templates.
+
+Example::
+
+    console = ConsoleContext.build(settings, writer=choose_writer(settings), spark=SharedSpark(settings))
+    app = create_app(console)
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from fastapi import Request
+from fastapi.templating import Jinja2Templates
+from pyspark.sql import SparkSession
+from starlette.responses import Response
+
+from pipelines.console.backtest_jobs import BacktestRunner
+from pipelines.console.edit_progress import EditLog
+from pipelines.console.lake_reader import LakeReader
+from pipelines.console.rule_writes import RuleWriter
+from pipelines.console.rules_data import plain_number
+from pipelines.settings import Settings
+
+HERE = Path(__file__).resolve().parent
+TEMPLATES = HERE / "templates"
+STATIC = HERE / "static"
+
+
+class SharedSpark:
+    """The console's one SparkSession (backtests, and tables ``deltalake`` cannot read), started on first use."""
+
+    def __init__(self, settings: Settings, session: SparkSession | None = None) -> None:
+        self.settings = settings
+        self._session = session
+        self._lock = threading.Lock()
+
+    @property
+    def started(self) -> bool:
+        return self._session is not None
+
+    def __call__(self) -> SparkSession:
+        with self._lock:
+            if self._session is None:
+                from pipelines.spark_session import get_spark
+
+                self._session = get_spark(self.settings, app_name="fraudlake-console")
+            return self._session
+
+
+def _time(value: Any) -> str:
+    if isinstance(value, dt.datetime):
+        aware = value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+        return aware.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+    return "-" if value is None else str(value)
+
+
+def _number(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return plain_number(value) if isinstance(value, Decimal | int | float) else ("-" if value is None else str(value))
+
+
+@dataclass
+class ConsoleContext:
+    settings: Settings
+    reader: LakeReader
+    writer: RuleWriter
+    edits: EditLog
+    backtests: BacktestRunner
+    templates: Jinja2Templates
+    spark: Callable[[], SparkSession]
+    stale_after: dt.timedelta
+    poll_seconds: float = 2.0
+
+    @classmethod
+    def build(
+        cls,
+        settings: Settings,
+        *,
+        writer: RuleWriter,
+        spark: Callable[[], SparkSession],
+        stale_after: dt.timedelta = dt.timedelta(minutes=5),
+        poll_seconds: float = 2.0,
+    ) -> ConsoleContext:
+        templates = Jinja2Templates(directory=str(TEMPLATES))
+        templates.env.filters["time"] = _time
+        templates.env.filters["num"] = _number
+        return cls(
+            settings=settings,
+            reader=LakeReader(settings, spark=spark),
+            writer=writer,
+            edits=EditLog(),
+            backtests=BacktestRunner(settings, spark),
+            templates=templates,
+            spark=spark,
+            stale_after=stale_after,
+            poll_seconds=poll_seconds,
+        )
+
+    def page(self, request: Request, name: str, status_code: int = 200, **values: Any) -> Response:
+        """A rendered page; every page gets the console's header values."""
+        common = {
+            "lakehouse": self.settings.lakehouse_root,
+            "writes_to": self.writer.target(),
+            "writes_mode": self.writer.mode,
+            "poll_ms": int(self.poll_seconds * 1000),
+            "bucket_seconds": self.settings.engine.bucket_seconds,
+        }
+        return self.templates.TemplateResponse(request, name, {**common, **values}, status_code=status_code)
+
+
+def console_of(request: Request) -> ConsoleContext:
+    console: ConsoleContext = request.app.state.console
+    return console

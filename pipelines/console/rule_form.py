@@ -1,0 +1,95 @@
+"""The rule form: what a person typed -> the rule model's input, validated by the model alone.
+
+The form does no validation of its own. Text goes to ``parse_rule`` as typed (pydantic converts "10" to 10 and
+says why "ten" is not a number); blank optional fields are left out; the grouping keys are split at commas; the
+filter is passed as the JSON text it is. A refusal is the model's own one-line message, shown above the form,
+with everything the person typed kept.
+
+Example::
+
+    values = RuleFormValues.from_form(await request.form())
+    rule = values.to_rule(settings.transaction_schema)      # raises RuleValidationError(reason)
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from pipelines.settings import TransactionSchema
+from rules_cdc.rule_model import Aggregator, LimitOperator, Rule, parse_rule
+
+FIELDS = (
+    "ruleId",
+    "ruleName",
+    "ruleState",
+    "groupingKeyNames",
+    "aggregateFieldName",
+    "aggregatorFunctionType",
+    "limitOperatorType",
+    "limit",
+    "windowMinutes",
+    "filter",
+    "cooldownMinutes",
+)
+AGGREGATORS = tuple(a.value for a in Aggregator)
+OPERATORS = tuple(o.value for o in LimitOperator)
+STATES = ("ACTIVE", "PAUSED")
+
+
+@dataclass(frozen=True)
+class RuleFormValues:
+    """The form's text fields, as typed."""
+
+    ruleId: str = ""
+    ruleName: str = ""
+    ruleState: str = "ACTIVE"
+    groupingKeyNames: str = ""
+    aggregateFieldName: str = "paymentAmount"
+    aggregatorFunctionType: str = "SUM"
+    limitOperatorType: str = "GREATER"
+    limit: str = ""
+    windowMinutes: str = ""
+    filter: str = ""
+    cooldownMinutes: str = ""
+
+    @classmethod
+    def from_form(cls, form: Mapping[str, Any]) -> RuleFormValues:
+        return cls(**{name: str(form.get(name, "") or "") for name in FIELDS})
+
+    @classmethod
+    def from_rule(cls, document: Mapping[str, Any]) -> RuleFormValues:
+        """Prefilled from a rule in the camelCase vocabulary (``Rule.to_json_dict`` / ``rules_views.rule_json``)."""
+        filter_value = document.get("filter")
+        return cls(
+            ruleId=str(document.get("ruleId", "")),
+            ruleName=document.get("ruleName") or "",
+            ruleState=str(document.get("ruleState") or "ACTIVE"),
+            groupingKeyNames=", ".join(document.get("groupingKeyNames") or []),
+            aggregateFieldName=str(document.get("aggregateFieldName") or ""),
+            aggregatorFunctionType=str(document.get("aggregatorFunctionType") or ""),
+            limitOperatorType=str(document.get("limitOperatorType") or ""),
+            limit="" if document.get("limit") is None else str(document["limit"]),
+            windowMinutes="" if document.get("windowMinutes") is None else str(document["windowMinutes"]),
+            filter=json.dumps(filter_value) if filter_value else "",
+            cooldownMinutes="" if document.get("cooldownMinutes") is None else str(document["cooldownMinutes"]),
+        )
+
+    def model_input(self) -> dict[str, Any]:
+        """What ``parse_rule`` gets: the typed text, blank optional fields left out, keys split at commas."""
+        data: dict[str, Any] = {}
+        for name, value in asdict(self).items():
+            text = value.strip()
+            if name == "groupingKeyNames":
+                data[name] = [part.strip() for part in text.split(",") if part.strip()]
+            elif text:  # blank: left out, so the model applies its default or says the field is required
+                data[name] = text
+        return data
+
+    def to_rule(self, schema: TransactionSchema) -> Rule:
+        return parse_rule(self.model_input(), schema)
+
+    def with_rule_id(self, rule_id: str) -> RuleFormValues:
+        return RuleFormValues(**{**asdict(self), "ruleId": rule_id})
