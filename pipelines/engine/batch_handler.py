@@ -47,6 +47,7 @@ from pipelines.engine.evaluate import candidate_alerts, rules_frame, running_in_
 from pipelines.engine.faults import crash_point
 from pipelines.engine.latency import (
     ALERT_PREFIX,
+    COMMITTED_AT,
     EVALUATED_PREFIX,
     format_latency,
     ingestion_percentiles,
@@ -58,7 +59,7 @@ from pipelines.engine.parse_transactions import bronze_rows, flag_duplicates, pa
 from pipelines.engine.recovery import BATCH_LOG_WRITE, Attempt, EnginePaths, Pins
 from pipelines.engine.retention import cooldown_horizon_ms, retention_due, state_horizons
 from pipelines.engine.states import RulesCache, StateSpec, plan_states, states_of
-from pipelines.engine.table_cache import TableCache, materialize, release
+from pipelines.engine.table_cache import TableCache, kept, materialize, release
 from pipelines.engine.units import (
     ANSI_CONF,
     LONG_UNITS,
@@ -256,7 +257,7 @@ class BatchHandler:
         )
         # Cache the parse without this batch's constants (lateness bound, start time): Spark compiles the code of
         # a plan once and reuses it while the plan's text is the same, and the parse is the biggest piece.
-        base = flag_duplicates(parse_raw(batch, self.settings.transaction_schema)).persist()
+        base = kept(flag_duplicates(parse_raw(batch, self.settings.transaction_schema)))
         cached: list[DataFrame] = [base]
         self._constants = constants
         parsed = base.crossJoin(F.broadcast(constants)).withColumns(
@@ -302,7 +303,7 @@ class BatchHandler:
             return counts
         finally:
             for frame in cached:
-                frame.unpersist()
+                release(frame)
 
     def _pin(
         self, spark: SparkSession, attempt: Attempt, previous: dict[str, Any] | None, m_before: int | None
@@ -399,6 +400,7 @@ class BatchHandler:
         # Latency at the alerts' commit (or, without alerts, at the end of the batch's writes): latency.py
         committed_ms = self._alerts_committed_ms or time.time() * 1000
         self.last_latency = {
+            COMMITTED_AT: round(committed_ms, 1),  # per-transaction latency = this - its ingestion (live_latency)
             **latency_metrics(ALERT_PREFIX, commit_ms=committed_ms, ingestion_ms=self._alerts_ingest_ms),
             **latency_metrics(EVALUATED_PREFIX, commit_ms=committed_ms, ingestion_ms=stats["ingestMs"]),
         }
@@ -431,7 +433,7 @@ class BatchHandler:
         files = files_for(stats["valid"] * len(states) * 3)  # at most three tiles (levels) per row and state
         tagged = tag_rows(valid, states, bucket_ms=bucket_ms, keep=TAGGED_KEEP, units=self._units)
         tagged = co_partitioned(tagged, self._partitions())
-        tagged = tagged.persist()
+        tagged = kept(tagged)
         cached.append(tagged)
         # Materialized (a local checkpoint): the append and the evaluation read it, then the state cache keeps it.
         assert self._constants is not None, "set by _process for the batch"
@@ -461,11 +463,11 @@ class BatchHandler:
         # Late rows are not evaluated but count for the rows after them, also within their bucket.
         running = running_in_bucket(tagged.where(F.col("stateId").isin(*active_ids))).where(~F.col("isLate"))
         active_tiles = batch_tiles.where(F.col("stateId").isin(*active_ids))
-        emitted = candidate_alerts(running, rules, prior, active_tiles, bucket_ms=bucket_ms).persist()
+        emitted = kept(candidate_alerts(running, rules, prior, active_tiles, bucket_ms=bucket_ms))
         cached.append(emitted)
         if any(r.rule.cooldown_minutes for s in active for r in s.active_rules):
             self._memory.ensure(spark, _pinned(pins.cooldown))
-            emitted = apply_cooldown(emitted, fold_memory(self._memory.frame())).persist()
+            emitted = kept(apply_cooldown(emitted, fold_memory(self._memory.frame())))
             cached.append(emitted)
         counted = emitted.agg(F.count(F.lit(1)), ingestion_percentiles(F.col("ingestedAt"))).first()
         written.alerts, self._alerts_ingest_ms = (counted[0], counted[1]) if counted else (0, None)
@@ -476,7 +478,8 @@ class BatchHandler:
                 rules_version=F.col("_rulesVersion"),
                 batch_id=F.col("_batchId"),
                 detected_at=F.col("_detectedAt"),
-            ).persist()
+            )
+            rows = kept(rows)
             cached.append(rows)
             if not attempt.done("alerts"):
                 alerts_tag = attempt.tag("alerts", pins)

@@ -121,8 +121,10 @@ def _unit_value(value: int, units: DataType) -> int | Decimal:
 def running_in_bucket(tagged: DataFrame) -> DataFrame:
     """Add ``cSum, cCount, cValueCount, cMin, cMax``: the batch's rows of the same (state, key, bucket) up to
     and including this one, in (eventTimeMs, transactionId) order."""
+    # The hash first: Spark sorts by the partition keys, then the order keys, comparing an 8-byte prefix of the first
+    # key before the whole rows; a hash tells rows apart where the state id (a few values) and key texts would not.
     upto = (
-        Window.partitionBy("stateId", "keyValue", "bucket")
+        Window.partitionBy(F.xxhash64("stateId", "keyValue"), "stateId", "keyValue", "bucket")
         .orderBy("eventTimeMs", "transactionId")
         .rowsBetween(Window.unboundedPreceding, Window.currentRow)
     )

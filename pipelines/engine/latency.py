@@ -27,6 +27,8 @@ from pyspark.sql import functions as F
 INGESTION_QUANTILES = (0.5, 0.05, 0.01)
 """Ingestion-time quantiles whose distances to the commit are latency p50, p95, p99 (in that order)."""
 LATENCY_LABELS = ("P50", "P95", "P99")
+COMMITTED_AT = "committedAtMs"
+"""Also in ``batch_log.metrics``: the instant (epoch ms) the batch's alerts committed (or its writes ended)."""
 ALERT_PREFIX = "latency"
 EVALUATED_PREFIX = "evaluated"
 PERCENTILE_ACCURACY = 10_000  # relative error 1/10,000 of the rank: well under a millisecond of spread here

@@ -101,7 +101,8 @@ def parse_raw(raw: DataFrame, schema: TransactionSchema) -> DataFrame:
 
 def flag_duplicates(parsed: DataFrame) -> DataFrame:
     """Give every copy of a valid transactionId after its first (eventTime, sourceOffset, raw) a reason."""
-    first = Window.partitionBy("transactionId").orderBy(
+    # The hash first: the sort compares an 8-byte prefix of its first key, and ids often share a long prefix.
+    first = Window.partitionBy(F.xxhash64("transactionId"), "transactionId").orderBy(
         F.col("reason").isNotNull(), "eventTimeMs", "sourceOffset", "raw"
     )
     repeat = F.col("reason").isNull() & (F.row_number().over(first) > 1)

@@ -113,6 +113,13 @@ def materialize(frame: DataFrame) -> DataFrame:
     return frame.localCheckpoint(eager=True)
 
 
+def kept(frame: DataFrame) -> DataFrame:
+    """``frame``, stored on the executors when an action first computes it (a lazy local checkpoint): later
+    actions read the stored rows. Cheaper than ``persist`` for a micro-batch's intermediate frames: no columnar
+    encoding and compression on the way in, no decoding on the way out; the layout (partitioning) is kept."""
+    return frame.localCheckpoint(eager=False)
+
+
 def release(frame: DataFrame) -> None:
     """Free the executor storage of a ``materialize``-d (or persisted) frame."""
     try:
