@@ -92,7 +92,7 @@ class KafkaSettings(_Frozen):
 class EngineSettings(_Frozen):
     bucket_seconds: int = Field(60, ge=1, le=3600)
     allowed_lateness_seconds: int = Field(300, ge=0)
-    trigger_interval_seconds: float = Field(5, gt=0)
+    trigger_interval_seconds: float = Field(1, gt=0)
     retention_every_batches: int = Field(20, ge=1)
     backfill_retention_days: int = Field(31, ge=1)
     alerts_to_kafka: bool = False  # also send alerts to kafka.topics.alerts (at-least-once; key = alertId)

@@ -10,7 +10,8 @@ from pyspark.sql import SparkSession
 from reference_evaluator import RefBatch, evaluate
 
 from delta_tables.catalog import init_lakehouse
-from pipelines.bench.engine_runs import BacklogResult, LatencyResult
+from pipelines.bench.engine_runs import BacklogResult
+from pipelines.bench.floor import FloorResult
 from pipelines.bench.per_event import PerEventHandler
 from pipelines.bench.report import Chart, Report, Table, write_report
 from pipelines.bench.scenarios import Plan, Results, merge
@@ -20,6 +21,7 @@ from pipelines.bench.summary import build_report
 from pipelines.bench.workload import Workload, transactions
 from pipelines.engine.batch_handler import BatchHandler
 from pipelines.engine.keys import encode_key
+from pipelines.live_latency import LiveResult
 from pipelines.settings import Settings
 
 MINUTE = 60_000
@@ -82,10 +84,11 @@ def _backlog(tps: float, evaluate_ms: float, state_rows: int) -> BacklogResult:
         wall_seconds=10.0,
         sustained_tps=tps,
         batch_seconds=[3.0, 2.0, 2.0, 2.0],
-        steps={"intent": 500.0, "evaluate": evaluate_ms, "state": 700.0},
+        steps={"plan": 500.0, "evaluate": evaluate_ms},
         alerts=12,
         state_rows=state_rows,
         state_bytes=state_rows * 40,
+        foreach_seconds=[3.0, 2.0, 2.2, 2.0],
     )
 
 
@@ -114,7 +117,14 @@ def test_report_has_a_table_per_scenario_the_targets_and_charts(tmp_path: Path) 
         }
     ]
     results.state_sizes = [StateSize(100, 10, 60, 60_000, 6_300, 100_000, 60_000, 800_000, 60_000, 2_000_000)]
-    results.latency = LatencyResult(2000.0, 60.0, 100_000, 20, 1.5, 3.0, 4.0, 2.5, [300.0, 310.0])
+    results.floors = {
+        label: {
+            "append": FloorResult("append", [1.0, 0.4, 0.4]),
+            "append+merge": FloorResult("append+merge", [2.0, 1.6]),
+        }
+        for label in results.throughput
+    }
+    results.live = {"files": LiveResult("files", 2000.0, 60.0, 120_000, 50, 1.5, 3.0, 4.0, 4.5, 1.2, 30)}
     results.heap = [("a", 1000, 300.0), ("b", 20000, 320.0)]
     written = write_report(
         build_report(results, profile=["a profile note"]), tmp_path / "b.md", chart_dir=tmp_path / "c"
@@ -135,7 +145,8 @@ def test_report_has_a_table_per_scenario_the_targets_and_charts(tmp_path: Path) 
     assert "1.20x" in text  # 7 days vs 1 hour evaluation, in the targets
     assert "20.0x smaller in bytes than whole transactions" in text and "8.0x than our lean" in text
     assert "9.5x in rows" in text and "**met**" in text
-    assert "p50 1.5 s, p99 4.0 s" in text
+    assert "p50 1.50 s, p95 3.00 s, p99 4.00 s at 2,000 tx/s" in text
+    assert "1.25x (2.00 s vs 1.60 s)" in text  # the engine's median foreachBatch vs the append+MERGE floor's
     pngs = [p for p in written if p.suffix == ".png"]
     assert pngs and all(p.stat().st_size > 1000 for p in pngs)
     assert "](c/windows.png)" in text

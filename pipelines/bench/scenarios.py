@@ -8,7 +8,9 @@ Every comparison runs in the same process on the same input. Scenarios (full / `
 * **baselines + state** — the same bucket-aligned input through the engine, the per-event baseline (alerts must
   be equal) and Spark's sliding windows: throughput, state rows/bytes, alert delay, at 10 and 20 tx/key/min;
 * **state** — state size at steady state (a full window of input): bucket tiles vs per-event rows, by rate and window;
-* **latency** — continuous at a fixed input rate: ingestion-to-alert p50/p95/p99;
+* **floor** (inside throughput) — the cheapest ``foreachBatch`` jobs doing the same I/O on the same files (parse +
+  Delta append; + one MERGE of per-key-minute sums): every engine row reports its ratio to the append+MERGE floor;
+* **latency** — continuous at a fixed input rate, over files and Kafka: ingestion -> alerts committed p50/p95/p99;
 * **driver memory** — the driver's used heap (after a GC) as the state grows.
 
 Example::
@@ -23,7 +25,8 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
@@ -33,15 +36,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from delta_tables.bucket_state import append_tiles
-from pipelines.bench.engine_runs import (
-    BacklogResult,
-    LatencyResult,
-    driver_heap_mb,
-    lakehouse_for,
-    run_backlog,
-    run_continuous,
-    table_size,
-)
+from pipelines.bench.engine_runs import BacklogResult, driver_heap_mb, lakehouse_for, run_backlog, table_size
+from pipelines.bench.floor import FLOOR_KINDS, FloorResult, run_floor
 from pipelines.bench.per_event import PerEventHandler
 from pipelines.bench.sliding_window import SlidingWindowResult, run_sliding_window
 from pipelines.bench.state_size import StateSize, engine_state_matches, steady_state_sizes
@@ -49,6 +45,9 @@ from pipelines.bench.workload import START_MS, Workload, rule_set, transactions,
 from pipelines.engine.buckets import tiles
 from pipelines.engine.sources import read_files
 from pipelines.engine.states import LiveRule, states_of
+from pipelines.kafka_broker import KafkaBroker
+from pipelines.live_latency import LiveResult, format_live, run_live
+from pipelines.ports import free_port
 from pipelines.settings import Settings
 
 DAY_MINUTES = 1440
@@ -78,6 +77,8 @@ class Plan:
     state_windows: tuple[int, ...] = (60, DAY_MINUTES)
     latency_rate: float = 2_000.0
     latency_seconds: float = 90.0
+    latency_sources: tuple[str, ...] = ("files", "kafka")
+    floor: bool = True  # the floor jobs beside every throughput run
 
     @classmethod
     def quick(cls) -> Plan:
@@ -97,9 +98,35 @@ class Plan:
             baseline_minutes=3,
             baseline_rates=(10,),
             state_keys=50,
-            latency_rate=1_000.0,
+            latency_rate=2_000.0,
+            latency_seconds=45.0,
+        )
+
+    @classmethod
+    def targets(cls) -> Plan:
+        """What the targets table needs and nothing else (~15 minutes on 2 cores): the engine beside the floor at
+        2,000 and 50,000-row batches, 100 rules in 20 states beside 20 in 4, and the continuous latency at 2,000 tx/s
+        over files and Kafka. Run it with ``--only throughput latency`` (``make bench-targets``)."""
+        return cls(
+            name="targets",
+            batch_rows=2_000,
+            batches=6,
+            rules=(20, 100),
+            keys=(10_000,),
+            batch_sizes=(2_000, 50_000),
+            latency_rate=2_000.0,
             latency_seconds=60.0,
         )
+
+    @classmethod
+    def named(cls, name: str) -> Plan:
+        if name == "full":
+            return cls()
+        if name == "quick":
+            return cls.quick()
+        if name == "targets":
+            return cls.targets()
+        raise ValueError(f"unknown bench plan {name!r}: full, quick or targets")
 
 
 @dataclass
@@ -109,11 +136,12 @@ class Results:
     plan: Plan
     machine: dict[str, str] = field(default_factory=dict)
     throughput: dict[str, BacklogResult] = field(default_factory=dict)  # "rules=20 keys=10000 batch=20000"
+    floors: dict[str, dict[str, FloorResult]] = field(default_factory=dict)  # throughput label -> kind -> result
     windows: dict[int, BacklogResult] = field(default_factory=dict)
     sharing: dict[int, BacklogResult] = field(default_factory=dict)  # states -> result
     baselines: list[dict[str, Any]] = field(default_factory=list)
     state_sizes: list[StateSize] = field(default_factory=list)
-    latency: LatencyResult | None = None
+    live: dict[str, LiveResult] = field(default_factory=dict)  # source -> continuous run at the latency rate
     heap: list[tuple[str, int, float]] = field(default_factory=list)  # (after, state rows, heap MB)
     seconds: float = 0.0
 
@@ -123,12 +151,13 @@ def merge(parts: list[Results]) -> Results:
     merged = Results(plan=parts[0].plan, machine=dict(parts[0].machine))
     for index, part in enumerate(parts):
         merged.throughput.update(part.throughput)
+        merged.floors.update(part.floors)
+        merged.live.update(part.live)
         merged.windows.update(part.windows)
         merged.sharing.update(part.sharing)
         # A later run of a scenario replaces an earlier one's figures, as for the dictionaries above.
         merged.baselines = part.baselines or merged.baselines
         merged.state_sizes = part.state_sizes or merged.state_sizes
-        merged.latency = part.latency or merged.latency
         # Heaps of different processes are not comparable: keep which process each figure is from.
         merged.heap.extend((f"run {index + 1}: {label}", rows, mb) for label, rows, mb in part.heap)
         merged.seconds = max(merged.seconds, part.seconds)
@@ -194,6 +223,7 @@ class Runner:
         states: int | None = None,
         batch_rows: int | None = None,
         history: bool = False,
+        floor: bool = False,
     ) -> BacklogResult:
         plan = self.plan
         rows = batch_rows or plan.batch_rows
@@ -204,11 +234,22 @@ class Runner:
         write_batches(transactions(workload), folder / "landing", batch_size=rows)
         if history:
             self._prefill(settings, rule_list, folder)
+        if floor:  # on the same files, just before the engine: the same JVM, the same machine load
+            floors: dict[str, FloorResult] = {}
+            for i, kind in enumerate(FLOOR_KINDS):
+                floors[kind] = run_floor(self.spark, folder / "landing", folder / f"floor-{i}", kind=kind)
+            self.results.floors[label] = floors
+            self.say(
+                f"{label}: floor "
+                + ", ".join(f"{k} {f.median_batch_seconds:.2f} s" for k, f in floors.items())
+                + " (median foreachBatch)"
+            )
         started = time.monotonic()
         result = run_backlog(self.spark, settings, folder / "landing")
         self.say(
             f"{label}: {result.rows} rows in {result.batches} batches, {result.sustained_tps:,.0f} tx/s sustained,"
-            f" batches {', '.join(f'{s:.1f}' for s in result.batch_seconds)} s ({time.monotonic() - started:.0f} s)"
+            f" foreachBatch {', '.join(f'{s:.1f}' for s in result.foreach_seconds)} s"
+            f" (median {result.median_foreach_seconds:.2f} s; {time.monotonic() - started:.0f} s)"
         )
         self._heap(label, result.state_rows)
         shutil.rmtree(folder / "landing", ignore_errors=True)
@@ -245,15 +286,17 @@ class Runner:
         plan = self.plan
         for rules in plan.rules:
             label = f"rules={rules} keys={plan.base_keys} batch={plan.batch_rows}"
-            self.results.throughput[label] = self.backlog(label, rules=rules, keys=plan.base_keys)
+            self.results.throughput[label] = self.backlog(label, rules=rules, keys=plan.base_keys, floor=plan.floor)
         for keys in plan.keys:
             label = f"rules=20 keys={keys} batch={plan.batch_rows}"
             if label not in self.results.throughput:
-                self.results.throughput[label] = self.backlog(label, rules=20, keys=keys)
+                self.results.throughput[label] = self.backlog(label, rules=20, keys=keys, floor=plan.floor)
         for size in plan.batch_sizes:
             label = f"rules=20 keys={plan.base_keys} batch={size}"
             if label not in self.results.throughput:
-                self.results.throughput[label] = self.backlog(label, rules=20, keys=plan.base_keys, batch_rows=size)
+                self.results.throughput[label] = self.backlog(
+                    label, rules=20, keys=plan.base_keys, batch_rows=size, floor=plan.floor
+                )
 
     def run_windows(self) -> None:
         for window in self.plan.windows:
@@ -358,21 +401,38 @@ class Runner:
 
     def run_latency(self) -> None:
         plan = self.plan
-        folder = self._folder("latency")
-        rule_list = rule_set(20, window_minutes=60, states=4)
-        settings = lakehouse_for(self.base, str(folder / "lakehouse"), rule_list, spark=self.spark)
-        workload = Workload(
-            count=int(plan.latency_rate * plan.latency_seconds * 2),
-            keys=plan.base_keys,
-            rate_per_second=plan.latency_rate,
+        for source in plan.latency_sources:
+            folder = self._folder(f"latency-{source}")
+            rule_list = rule_set(20, window_minutes=60, states=4)
+            settings = lakehouse_for(self.base, str(folder / "lakehouse"), rule_list, spark=self.spark)
+            with _broker_for(settings, folder, needed=source == "kafka") as live_settings:
+                result = run_live(
+                    self.spark,
+                    live_settings,
+                    source="kafka" if source == "kafka" else "files",
+                    rate=plan.latency_rate,
+                    seconds=plan.latency_seconds,
+                    keys=plan.base_keys,
+                )
+            self.results.live[source] = result
+            self.say(f"latency: {format_live(result)}")
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextmanager
+def _broker_for(settings: Settings, folder: Path, *, needed: bool) -> Iterator[Settings]:
+    """``settings`` pointed at a Kafka broker of its own under ``folder`` (free ports), started and then stopped."""
+    if not needed:
+        yield settings
+        return
+    broker = KafkaBroker(data_dir=folder / "kafka", port=free_port(), controller_port=free_port())
+    broker.start()
+    try:
+        yield settings.model_copy(
+            update={"kafka": settings.kafka.model_copy(update={"bootstrap_servers": broker.bootstrap})}
         )
-        result = run_continuous(self.spark, settings, folder / "landing", workload, seconds=plan.latency_seconds)
-        self.results.latency = result
-        self.say(
-            f"latency at {plan.latency_rate:,.0f} tx/s: p50 {result.p50:.1f} s, p95 {result.p95:.1f} s,"
-            f" p99 {result.p99:.1f} s over {result.rows} rows in {result.batches} batches"
-        )
-        shutil.rmtree(folder, ignore_errors=True)
+    finally:
+        broker.stop()
 
 
 SCENARIOS = ("throughput", "windows", "sharing", "baselines", "state", "latency")

@@ -4,6 +4,7 @@ Examples::
 
     fraudlake bench                      # the full plan (~60 minutes on 2 idle cores): what `make bench` runs
     fraudlake bench --quick              # smaller sizes, ~20 minutes
+    fraudlake bench --plan targets --only throughput latency   # the targets table (`make bench-targets`)
     fraudlake bench --only baselines --output /tmp/b.md
 """
 
@@ -22,7 +23,10 @@ def register(subparsers: Any, parent: argparse.ArgumentParser) -> None:
     from pipelines.bench.scenarios import SCENARIOS
 
     parser = subparsers.add_parser("bench", parents=[parent], help="run the benchmarks; write docs/benchmarks.md")
-    parser.add_argument("--quick", action="store_true", help="smaller sizes (~20 minutes)")
+    parser.add_argument("--quick", action="store_true", help="smaller sizes (~20 minutes); same as --plan quick")
+    parser.add_argument(
+        "--plan", choices=("full", "quick", "targets"), help="sizes: full (default), quick, or targets (~15 min)"
+    )
     parser.add_argument("--only", nargs="+", choices=SCENARIOS, help="run only these scenarios")
     parser.add_argument("--output", default=str(REPO_ROOT / "docs" / "benchmarks.md"), help="the Markdown report")
     parser.add_argument("--charts", help="folder for the PNG charts (default: <output folder>/benchmarks)")
@@ -51,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         results = merge(parts)
     else:
         spark = spark_from(settings, "bench")
-        plan = Plan.quick() if args.quick else Plan()
+        plan = Plan.named(args.plan or ("quick" if args.quick else "full"))
         results = run_all(
             spark,
             settings,
