@@ -65,11 +65,35 @@ def pytest_configure(config: pytest.Config) -> None:
             os.environ[name] = value
 
 
+# Modules of tens of seconds to minutes each (measured with --durations on the 2-core machine): `make test-fast`
+# leaves them out. Listed here, in one place, rather than marked in each file.
+SLOW_MODULES = frozenset(
+    {
+        "test_engine_contract.py",  # 5 micro-batches, 11 rules
+        "test_engine_contract_random.py",  # 4 seeds x 5 micro-batches
+        "test_backtest.py",  # a two-batch bronze history and a backtest per rule shape
+        "test_bench.py",  # the engine and the per-event baseline over three batches
+        "test_faults_concurrent.py",  # maintenance looping beside the engine
+        "test_data_quality.py",  # Great Expectations over every table
+        "test_notebooks.py",  # every notebook, the streaming one included
+        "test_engine_contract_lifecycle.py",  # 4 micro-batches of rule lifecycles
+        "test_engine_replay.py",  # crashed and replayed batches
+        "test_engine_units_overflow.py",  # sums past 64-bit units through the engine
+        "test_engine_sources.py",  # the engine as a stream over each source
+        "test_rules_cdc_cli.py",  # the rules commands and the file-source job
+        "test_dashboard.py",  # charts over real alert rows
+    }
+)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """A test that uses the session broker is a ``kafka`` test, marked or not (``make test-fast`` leaves it out)."""
+    """Markers that follow from what a test uses: the session broker makes it a ``kafka`` test (marked or not),
+    and the modules in SLOW_MODULES are ``slow``. ``make test-fast`` deselects both."""
     for item in items:
         if "kafka_broker" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.kafka)
+        if item.path.name in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(autouse=True)
