@@ -48,6 +48,18 @@ class Progress:
     first_batch: Batch | None = None
 
     @property
+    def applied_after(self) -> str:
+        """How long after the commit the rules table had the change (``3.1 s``), or ``-``."""
+        return _seconds_after(self.record.committed.committed_at, self.applied_at)
+
+    @property
+    def used_after(self) -> str:
+        """How long after the commit the first micro-batch using it finished, or ``-``."""
+        return _seconds_after(
+            self.record.committed.committed_at, self.first_batch.finished_at if self.first_batch else None
+        )
+
+    @property
     def done(self) -> bool:
         return self.refused is not None or self.first_batch is not None
 
@@ -67,6 +79,7 @@ class Progress:
                 "at": self.applied_at.isoformat() if self.applied_at else None,
                 "op": self.applied_op,
                 "state": self.resulting_state,
+                "after": self.applied_after,
             },
             "refused": self.refused,
             "firstBatch": None
@@ -76,9 +89,17 @@ class Progress:
                 "job": batch.job,
                 "finishedAt": batch.finished_at.isoformat(),
                 "rulesVersion": batch.rules_version,
+                "after": self.used_after,
             },
             "done": self.done,
         }
+
+
+def _seconds_after(start: dt.datetime, end: dt.datetime | None) -> str:
+    if end is None:
+        return "-"
+    aware = end if end.tzinfo else end.replace(tzinfo=dt.UTC)
+    return f"{max((aware - start).total_seconds(), 0.0):.1f} s"
 
 
 class EditLog:

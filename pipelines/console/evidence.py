@@ -94,8 +94,12 @@ def window_evidence(
     """The lookback window of ``transaction_id`` under ``rule`` (see the module docstring)."""
     bucket_seconds = settings.engine.bucket_seconds
     x_ms = _epoch_ms(event_time)
-    first_bucket = bucket_index(x_ms, bucket_seconds) - reach_buckets(rule.window_minutes, bucket_seconds)
-    start = dt.datetime.fromtimestamp(first_bucket * bucket_seconds, tz=dt.UTC)
+    x_bucket = bucket_index(x_ms, bucket_seconds)
+    start = dt.datetime.fromtimestamp(
+        (x_bucket - reach_buckets(rule.window_minutes, bucket_seconds)) * bucket_seconds, tz=dt.UTC
+    )
+    # An earlier micro-batch's row later than x in x's own bucket precedes x too: read to the bucket's end.
+    bucket_end = dt.datetime.fromtimestamp((x_bucket + 1) * bucket_seconds, tz=dt.UTC)
     key_values = json.loads(key_value, parse_float=Decimal)
     names = list(rule.grouping_key_names)
     if not isinstance(key_values, list) or len(key_values) != len(names):
@@ -104,7 +108,7 @@ def window_evidence(
         ("eventDate", ">=", start.date() - dt.timedelta(days=1)),
         ("eventDate", "<=", event_time.date() + dt.timedelta(days=1)),
         ("eventTime", ">=", start),
-        ("eventTime", "<=", event_time),
+        ("eventTime", "<", bucket_end),
     ]
     where += [(name, "=", value) for name, value in zip(names, key_values, strict=True) if value is not None]
     if precedence == "engine" and batch_id is not None:

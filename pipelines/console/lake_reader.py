@@ -68,23 +68,23 @@ class LakeReader:
         return True
 
     def version(self, table: str) -> int:
-        """The table's current version; raises ``TableMissing``."""
-        delta = self._delta(table)
-        if delta is not None:
-            return int(delta.version())
-        from delta.tables import DeltaTable as SparkDeltaTable
-
-        latest = SparkDeltaTable.forPath(self._session(), self.path(table)).history(1).select("version").first()
-        return 0 if latest is None else int(latest["version"])
+        """The table's current version (read from its log, whatever its features); raises ``TableMissing``."""
+        return int(self._delta(table).version())
 
     def read(self, table: str, *, columns: Sequence[str] | None = None, where: Sequence[Condition] = ()) -> pa.Table:
         """The rows of ``table`` matching every condition of ``where`` (all columns unless ``columns``)."""
         delta = self._delta(table)
-        if delta is not None:
-            with self._lock:
-                dataset = delta.to_pyarrow_dataset()
-            expression = _arrow_filter(where)
-            return dataset.to_table(columns=list(columns) if columns else None, filter=expression)
+        if self._backends.get(table) != "spark":
+            try:
+                with self._lock:
+                    dataset = delta.to_pyarrow_dataset()
+            except DeltaProtocolError:  # reader features deltalake lacks (deletion vectors)
+                if self._spark is None:
+                    raise
+                self._backends[table] = "spark"
+            else:
+                self._backends[table] = "deltalake"
+                return dataset.to_table(columns=list(columns) if columns else None, filter=_arrow_filter(where))
         frame = self._session().read.format("delta").load(self.path(table))
         for condition in where:
             frame = frame.where(_spark_filter(condition))
@@ -106,11 +106,9 @@ class LakeReader:
 
     # ---- internals -------------------------------------------------------------------------------------
 
-    def _delta(self, table: str) -> DeltaTable | None:
-        """The refreshed ``DeltaTable`` of ``table``, or None when it is read through Spark."""
+    def _delta(self, table: str) -> DeltaTable:
+        """The refreshed ``DeltaTable`` of ``table`` (its log and checkpoints read by deltalake)."""
         with self._lock:
-            if self._backends.get(table) == "spark":
-                return None
             cached = self._tables.get(table)
             try:
                 if cached is None:
@@ -121,12 +119,6 @@ class LakeReader:
             except TableNotFoundError:
                 self._tables.pop(table, None)
                 raise TableMissing(table, self.path(table)) from None
-            except DeltaProtocolError:
-                if self._spark is None:
-                    raise
-                self._backends[table] = "spark"
-                return None
-            self._backends[table] = "deltalake"
             return cached
 
     def _session(self) -> SparkSession:

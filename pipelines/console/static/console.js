@@ -97,12 +97,12 @@
         } else if (p.applied) {
           applied.className = "done";
           applied.querySelector(".detail").textContent = "rules table v" + p.applied.version + " at " + time(p.applied.at) +
-            " (" + p.applied.op + " → " + p.applied.state + ")";
+            " (" + p.applied.op + " → " + p.applied.state + "), " + p.applied.after + " after the commit";
         }
         if (p.firstBatch) {
           batch.className = "done";
           batch.querySelector(".detail").textContent = "batch " + p.firstBatch.batchId + " (rules v" + p.firstBatch.rulesVersion +
-            "), finished " + time(p.firstBatch.finishedAt);
+            "), finished " + time(p.firstBatch.finishedAt) + ", " + p.firstBatch.after + " after the commit";
         }
         if (p.done) { document.getElementById("edit-live").textContent = ""; return; }
       } catch (error) { /* keep polling: the next answer repairs the page */ }
@@ -140,7 +140,9 @@
         points: { show: x.length < 60 },
       }))),
       axes: [{}, { size: 60 }],
-      scales: { x: { time: !(opts && opts.categorical) } },
+      scales: { x: opts && opts.bars && x.length
+        ? { time: true, range: [Math.min(...x) - 86400, Math.max(...x) + 86400] }
+        : { time: true } },
     };
     return new uPlot(config, [x].concat(series.map((s) => s.values)), target);
   }
