@@ -463,13 +463,15 @@ class BatchHandler:
         # Late rows are not evaluated but count for the rows after them, also within their bucket.
         running = running_in_bucket(tagged.where(F.col("stateId").isin(*active_ids))).where(~F.col("isLate"))
         active_tiles = batch_tiles.where(F.col("stateId").isin(*active_ids))
-        emitted = kept(candidate_alerts(running, rules, prior, active_tiles, bucket_ms=bucket_ms))
+        emitted = materialize(candidate_alerts(running, rules, prior, active_tiles, bucket_ms=bucket_ms))
         cached.append(emitted)
         if any(r.rule.cooldown_minutes for s in active for r in s.active_rules):
             self._memory.ensure(spark, _pinned(pins.cooldown))
-            emitted = kept(apply_cooldown(emitted, fold_memory(self._memory.frame())))
+            emitted = materialize(apply_cooldown(emitted, fold_memory(self._memory.frame())))
             cached.append(emitted)
-        counted = emitted.agg(F.count(F.lit(1)), ingestion_percentiles(F.col("ingestedAt"))).first()
+        # Candidates are few: one task over all of them, one stage (an aggregation over several partitions would
+        # add a shuffle and a second stage, the larger part of this step's cost on a small batch).
+        counted = emitted.coalesce(1).agg(F.count(F.lit(1)), ingestion_percentiles(F.col("ingestedAt"))).first()
         written.alerts, self._alerts_ingest_ms = (counted[0], counted[1]) if counted else (0, None)
         if written.alerts:
             detection = local_frame(spark, [(_utcnow(), pins.rules, batch_id)], DETECTION_CONSTANTS)
@@ -533,10 +535,10 @@ class BatchHandler:
             horizon = cooldown_horizon_ms(high_water_ms=high_water_ms, lateness_ms=lateness_ms)
             read = table_version(spark, self.paths.alert_cooldown)
             self._memory.ensure(spark, read)
-            kept = fold_memory(self._memory.frame()).where(F.col("lastAlertTimeMs") >= F.lit(horizon))
-            kept = materialize(kept.withColumn("updatedAt", F.current_timestamp()))
-            compact_memory(kept, self.paths.alert_cooldown, tag=attempt.tag("cooldown-compact", pins))
-            self._memory.reset(spark, kept, written_version=read + 1)
+            recent = fold_memory(self._memory.frame()).where(F.col("lastAlertTimeMs") >= F.lit(horizon))
+            recent = materialize(recent.withColumn("updatedAt", F.current_timestamp()))
+            compact_memory(recent, self.paths.alert_cooldown, tag=attempt.tag("cooldown-compact", pins))
+            self._memory.reset(spark, recent, written_version=read + 1)
         crash_point("retention", attempt.batch_id)
 
 
