@@ -27,7 +27,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from delta_tables.transaction_types import AGGREGATE_TYPE
 from pipelines.engine.buckets import tag_rows
-from pipelines.engine.evaluate import aggregate_units, holds, rules_frame
+from pipelines.engine.evaluate import LIMIT_CHECK_COLUMNS, aggregate_units, holds, rules_frame
 from pipelines.engine.parse_transactions import parse_raw
 from pipelines.engine.states import LiveRule, states_of
 from pipelines.engine.units import WIDE_UNITS, to_units, units_to_decimal
@@ -105,12 +105,7 @@ class PerEventHandler:
                 "eventTimeMs",
                 "ruleId",
                 (F.col("windowMinutes").cast("long") * 60_000).alias("windowMs"),
-                "countsTransactions",
-                "aggregator",
-                "acceptedSigns",
-                "limitFloor",
-                "limitCeiling",
-                "limitSign",
+                *LIMIT_CHECK_COLUMNS,
             )
         )
         y = prior.select(
@@ -128,12 +123,7 @@ class PerEventHandler:
             "ruleId",
             "transactionId",
             "keyValue",
-            "countsTransactions",
-            "aggregator",
-            "acceptedSigns",
-            "limitFloor",
-            "limitCeiling",
-            "limitSign",
+            *LIMIT_CHECK_COLUMNS,
         ).agg(
             F.sum("value").alias("rSum"),
             F.count(F.lit(1)).alias("rCount"),

@@ -178,18 +178,9 @@ def aggregate_units(joined: DataFrame, units: DataType) -> DataFrame:
     return joined.withColumn("aggregateUnits", value.cast(units))
 
 
-RULE_EVALUATION_COLUMNS = (
-    "stateId",
-    "reach",
-    "ruleId",
-    "countsTransactions",
-    "aggregator",
-    "acceptedSigns",
-    "limitFloor",
-    "limitCeiling",
-    "limitSign",
-    "cooldownMs",
-)
+LIMIT_CHECK_COLUMNS = ("countsTransactions", "aggregator", "acceptedSigns", "limitFloor", "limitCeiling", "limitSign")
+"""The rule columns ``aggregate_units`` and ``holds`` read."""
+RULE_EVALUATION_COLUMNS = ("stateId", "reach", "ruleId", *LIMIT_CHECK_COLUMNS, "cooldownMs")
 """What the fan-out of rows to rules carries per (row, rule); the rest of a rule's columns (its snapshot text
 above all) join only the candidates that meet their limit."""
 POINT_COLUMNS = (
