@@ -12,12 +12,14 @@ from pathlib import Path
 
 import pytest
 from chispa import assert_df_equality
-from engine_fixtures import put_rules
+from engine_fixtures import alerts_by_id, put_rules
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
+from reference_evaluator import RefBatch, evaluate
 
 from delta_tables.catalog import all_tables, init_lakehouse
 from pipelines.cli import main
+from pipelines.engine.keys import encode_key
 from pipelines.generator import GeneratorConfig, TransactionGenerator
 from pipelines.generator_sinks import FileSink
 from pipelines.notebook_runner import (
@@ -203,6 +205,13 @@ def test_streaming_job_notebook_then_backtest_notebook_agree(spark: SparkSession
         .select("ruleId", "transactionId", "keyValue", "aggregateValue")
     )
     assert engine_alerts.count() >= 5
+    # The engine agrees with the contract (so the backtest agreeing with the engine is not two shared mistakes).
+    rule = parse_rule(rule_json, settings.transaction_schema)
+    expected = {
+        (a.rule_id, a.transaction_id): (encode_key(a.key), a.aggregate_value)
+        for a in evaluate([RefBatch([rule], records)])
+    }
+    assert alerts_by_id(spark, settings) == expected
 
     out = tmp_path / "backtest"
     parameters = {**common, "rule_json": json.dumps(rule_json), "output_dir": str(out)}
