@@ -158,10 +158,11 @@ def test_sigterm_on_an_engine_that_is_behind(
     finally:
         engine.reap()
     done = [line for line in engine.lines if line.startswith("batch ")]
-    print(f"behind: exit {code} {seconds:.1f} s after SIGTERM, {len(done)} of {len(parts)} batches done")
+    stopped = [line for line in engine.lines if line.startswith("engine: stopped in ")]
+    print(f"behind: exit {code} {seconds:.1f} s after SIGTERM, {len(done)} of {len(parts)} batches done; {stopped}")
     assert code == 0, "\n".join(engine.lines[-40:])
     assert seconds < BOUND_SECONDS, f"{seconds:.0f} s from SIGTERM to exit"
-    assert any(line.startswith("engine: stopped in ") for line in engine.lines), engine.lines[-10:]
+    assert stopped, engine.lines[-10:]
     assert len(done) < len(parts) - 5, "the backlog was worked off before the stop: the test proves nothing"
 
     run_engine(spark, settings, EngineRun(source="files", input_path=str(landing), once=True))
@@ -224,10 +225,11 @@ def test_sigterm_on_an_engine_whose_broker_went_away(
         code, seconds = engine.stop()
     finally:
         engine.reap()
-    print(f"broker gone: exit {code} {seconds:.1f} s after SIGTERM")
+    stopped = [line for line in engine.lines if line.startswith("engine: stopped in ")]
+    print(f"broker gone: exit {code} {seconds:.1f} s after SIGTERM; {stopped}")
     assert code == 0, "\n".join(engine.lines[-40:])
     assert seconds < BOUND_SECONDS, f"{seconds:.0f} s from SIGTERM to exit"
-    assert any(line.startswith("engine: stopped in ") for line in engine.lines), engine.lines[-10:]
+    assert stopped, engine.lines[-10:]
 
     own_broker.start()  # the same data folder: the topic and its records are back
     run_engine(spark, settings, replace(EngineRun(source="kafka"), once=True))

@@ -83,7 +83,10 @@ def start_engine(
         for topic in ensure_source_topics(settings, run.source, topic=run.input_path, alerts=alerts_to_kafka):
             print(f"engine: created the missing Kafka topic {topic}", flush=True)
     # Read when the query starts (its session is a clone): a stop must not wait forever for the stream thread.
-    spark.conf.set("spark.sql.streaming.stopTimeout", str(STOP_TIMEOUT_SECONDS * 1000))
+    try:
+        spark.conf.set("spark.sql.streaming.stopTimeout", str(STOP_TIMEOUT_SECONDS * 1000))
+    except Exception as error:  # a runtime that fixes its confs: its own stop timeout applies
+        log.warning("spark.sql.streaming.stopTimeout not set: %s", error)
     checkpoint = run.checkpoint_path(settings)
     raw = read_source(
         spark,
@@ -127,33 +130,42 @@ def _last_batch(query: StreamingQuery) -> int:
     return int(progress["batchId"]) if progress else -1
 
 
-def finish_in_flight(query: StreamingQuery, grace_seconds: float) -> bool:
-    """Wait until no micro-batch is in flight, or the one that was has completed, for at most ``grace_seconds``;
-    True if so. ``isTriggerActive`` alone stays true across back-to-back batches and while Kafka offsets are
-    retried, so the batch in flight is recognised by its id, and a trigger still getting offsets has none."""
+def finish_in_flight(query: StreamingQuery, grace_seconds: float) -> str:
+    """Wait, for at most ``grace_seconds``, until no micro-batch is in flight or the one that was has completed;
+    say which: ``idle``, ``finished``, ``getting offsets`` (a trigger that has not started a batch, perhaps Kafka
+    retrying against a broker that is gone) or ``abandoned``. ``isTriggerActive`` alone stays true across
+    back-to-back batches and during Kafka offset retries, so the batch in flight is recognised by its id."""
     deadline = time.monotonic() + grace_seconds
     in_flight = _last_batch(query) + 1
     while query.isActive and time.monotonic() < deadline:
         status = query.status
-        if not status["isTriggerActive"] or _last_batch(query) >= in_flight:
-            return True
+        if not status["isTriggerActive"]:
+            return "idle"
+        if _last_batch(query) >= in_flight:
+            return "finished"
         if str(status["message"]).startswith("Getting offsets"):
-            return True  # no batch started yet (perhaps Kafka retrying against a broker that is gone)
+            return "getting offsets"
         time.sleep(0.2)
-    return not query.isActive
+    return "abandoned" if query.isActive else "idle"
+
+
+_OUTCOMES = {
+    "idle": "no micro-batch was in flight",
+    "finished": "the micro-batch in flight finished",
+    "getting offsets": "the trigger in flight had not started a micro-batch",
+    "abandoned": "abandoned the micro-batch in flight (it replays on restart)",
+}
 
 
 def stop_query(query: StreamingQuery, *, grace_seconds: float = STOP_GRACE_SECONDS) -> str:
     """Stop the query within about ``grace_seconds + STOP_TIMEOUT_SECONDS``; say how it went."""
-    finished = finish_in_flight(query, grace_seconds)
+    outcome = _OUTCOMES[finish_in_flight(query, grace_seconds)]
     try:
         query.stop()
     except Exception as error:  # Spark's TimeoutException: its stream thread is stuck (e.g. in a Kafka call)
         log.warning("the streaming query did not stop within %s s: %s", STOP_TIMEOUT_SECONDS, error)
-        return "left the stream thread behind (the batch replays on restart)"
-    if finished:
-        return "the micro-batch in flight finished"
-    return f"abandoned the micro-batch in flight after {grace_seconds:.0f} s (it replays on restart)"
+        return f"{outcome}; Spark's stream thread did not stop within {STOP_TIMEOUT_SECONDS} s and is left behind"
+    return outcome
 
 
 def supervise(
