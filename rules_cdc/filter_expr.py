@@ -29,6 +29,8 @@ from pipelines.settings import TransactionSchema
 MAX_FILTER_DEPTH = 16
 MAX_FILTER_LEAVES = 256
 MAX_IN_VALUES = 1000
+MAX_VALUE_PRECISION = 38  # digits: what a Spark decimal literal holds
+MAX_VALUE_SCALE = 18  # decimal places: beyond, Spark narrows a comparison with an integer field and rounds
 
 Scalar = str | int | float | Decimal | bool
 
@@ -61,7 +63,31 @@ class Leaf(_Node):
                 raise ValueError(f"IN takes at most {MAX_IN_VALUES} values")
         elif isinstance(self.value, tuple):
             raise ValueError(f"{self.op} takes a single value, not a list")
+        for value in self.value if isinstance(self.value, tuple) else (self.value,):
+            _check_number(value)
         return self
+
+
+def _check_number(value: Scalar) -> None:
+    """Refuse a number Spark cannot compare exactly: a long beyond 64 bits, or a decimal beyond 38 digits or with
+    more than 18 places (a rule with one would pass CDC and then fail, or silently round, in every micro-batch)."""
+    if isinstance(value, bool) or isinstance(value, str):
+        return
+    if isinstance(value, int):
+        if not -(2**63) <= value < 2**63:
+            raise ValueError(f"filter value {value} is beyond the 64-bit integer range")
+        return
+    number = Decimal(repr(value)) if isinstance(value, float) else value
+    if not number.is_finite():
+        raise ValueError(f"filter value {value!r} is not a finite number")
+    _sign, digits, exponent = number.as_tuple()
+    assert isinstance(exponent, int)  # finite
+    scale = max(0, -exponent)
+    whole_digits = max(0, len(digits) + exponent)
+    if scale > MAX_VALUE_SCALE or whole_digits + scale > MAX_VALUE_PRECISION:
+        raise ValueError(
+            f"filter value {value!r} needs more than {MAX_VALUE_PRECISION} digits or {MAX_VALUE_SCALE} decimal places"
+        )
 
 
 class All(_Node):

@@ -85,6 +85,18 @@ HOSTILE: dict[str, tuple[dict[str, Any], str]] = {
         {"filter": {"field": "paymentAmount", "op": "GREATER", "value": "1 OR 1=1"}},
         "filter compares numeric field 'paymentAmount'",
     ),
+    "filter value beyond a 38-digit decimal": (
+        {"filter": {"field": "paymentAmount", "op": "GREATER", "value": 1.7976931348623157e308}},
+        "needs more than 38 digits or 18 decimal places",
+    ),
+    "filter value smaller than 18 places": (
+        {"filter": {"field": "payerId", "op": "EQUAL", "value": -1e-20}},
+        "needs more than 38 digits or 18 decimal places",
+    ),
+    "filter value beyond a long": (
+        {"filter": {"field": "payerId", "op": "IN", "value": [1, 2**70]}},
+        "beyond the 64-bit integer range",
+    ),
     "filter with an unknown operator": (
         {"filter": {"field": "paymentType", "op": "LIKE", "value": "%"}},
         "filter",
