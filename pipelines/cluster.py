@@ -18,10 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
-import subprocess
-import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -30,6 +26,8 @@ from typing import Any
 
 import pyspark
 
+from pipelines.local_process import read_pid, start_daemon, stop_processes, wait_until
+from pipelines.ports import port_open
 from pipelines.runtime_env import ensure_java_home
 
 MASTER_PORT = 17077
@@ -109,12 +107,7 @@ class StandaloneCluster:
 
     def pid(self, name: str) -> int | None:
         """The pid of one daemon if it is alive."""
-        try:
-            pid = int(self._pid_file(name).read_text().strip())
-            os.kill(pid, 0)
-        except (FileNotFoundError, ValueError, ProcessLookupError, PermissionError):
-            return None
-        return pid
+        return read_pid(self._pid_file(name))
 
     def state(self) -> dict[str, Any] | None:
         """The master's JSON status (``aliveworkers``, ``workers``, ``activeapps``, ...), None if it does not answer."""
@@ -133,47 +126,34 @@ class StandaloneCluster:
         """Start the master and the workers (idempotent); return when every worker is registered and ALIVE."""
         if all(self.pid(name) for name in self._names()) and self.alive_workers() >= self.workers:
             return
-        if self.pid("master") is None and _port_open(self.host, self.master_port):
+        if self.pid("master") is None and port_open(self.master_port, self.host):
             raise ClusterError(f"port {self.master_port} is taken by another process")
         self.work_dir.mkdir(parents=True, exist_ok=True)
         env = self._environment()
         for name in self._names():
             if self.pid(name) is not None:
                 continue
-            with open(self.work_dir / f"{name}.log", "ab") as out:
-                process = subprocess.Popen(
-                    self._command(name),
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    env=env,
-                    start_new_session=True,
-                )
-            self._pid_file(name).write_text(str(process.pid))
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            dead = [name for name in self._names() if self.pid(name) is None]
-            if dead:
-                self.stop()
-                raise ClusterError(f"{', '.join(dead)} exited; see {self.work_dir}/<name>.log")
-            if self.alive_workers() >= self.workers:
-                return
-            time.sleep(0.5)
+            start_daemon(
+                self._command(name), pid_file=self._pid_file(name), output=self.work_dir / f"{name}.log", env=env
+            )
+        outcome = wait_until(
+            lambda: self.alive_workers() >= self.workers,
+            wait_s=wait_s,
+            exited=lambda: any(self.pid(name) is None for name in self._names()),
+        )
+        if outcome == "ready":
+            return
+        dead = [name for name in self._names() if self.pid(name) is None]
         self.stop()
+        if outcome == "exited":
+            raise ClusterError(f"{', '.join(dead)} exited; see {self.work_dir}/<name>.log")
         raise ClusterError(f"{self.workers} workers did not register within {wait_s:.0f} s; see {self.work_dir}")
 
     def stop(self, wait_s: float = 20.0) -> list[str]:
         """Stop every daemon (SIGTERM to its group, SIGKILL after ``wait_s``); return the names that were running."""
         names = sorted({p.stem for p in self.work_dir.glob("*.pid")} | set(self._names()), reverse=True)
         running = {name: pid for name in names if (pid := self.pid(name)) is not None}
-        for pid in running.values():
-            _signal_group(pid, signal.SIGTERM)
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline and any(_alive(pid) for pid in running.values()):
-            time.sleep(0.2)
-        for pid in running.values():
-            if _alive(pid):
-                _signal_group(pid, signal.SIGKILL)
+        stop_processes(running.values(), wait_s=wait_s)
         for name in names:
             self._pid_file(name).unlink(missing_ok=True)
         return list(running)
@@ -183,30 +163,3 @@ class StandaloneCluster:
             return "stopped"
         daemons = sum(1 for name in self._names() if self.pid(name) is not None)
         return f"{self.master_url}: {daemons} daemon(s) running, {self.alive_workers()}/{self.workers} workers alive"
-
-
-def _signal_group(pid: int, sig: signal.Signals) -> None:
-    try:
-        os.killpg(pid, sig)  # each daemon leads its own group (start_new_session)
-    except ProcessLookupError:
-        pass
-
-
-def _alive(pid: int) -> bool:
-    try:
-        waited, _ = os.waitpid(pid, os.WNOHANG)  # reap it if it is our child
-        if waited == pid:
-            return False
-    except ChildProcessError:
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def _port_open(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.settimeout(0.5)
-        return sock.connect_ex((host, port)) == 0

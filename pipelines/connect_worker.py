@@ -18,10 +18,7 @@ Example::
 from __future__ import annotations
 
 import json
-import os
 import signal
-import socket
-import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -30,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipelines.local_process import read_pid, start_daemon, stop_daemon, wait_until
+from pipelines.ports import port_open
 from pipelines.runtime_env import SetupMissingError, ensure_java_home, jars_dir
 from pipelines.settings import Settings
 
@@ -134,15 +133,10 @@ class ConnectWorker:
     # ---- lifecycle -------------------------------------------------------------------------------------
 
     def pid(self) -> int | None:
-        try:
-            pid = int(self._pid_file.read_text().strip())
-            os.kill(pid, 0)
-        except (FileNotFoundError, ValueError, ProcessLookupError, PermissionError):
-            return None
-        return pid
+        return read_pid(self._pid_file)
 
     def answers(self) -> bool:
-        if not _port_open(self.rest_port):
+        if not port_open(self.rest_port):
             return False
         try:
             self.rest("GET", "/")
@@ -160,7 +154,7 @@ class ConnectWorker:
             self.wait_running(str(connector["name"]), max(5.0, deadline - time.monotonic()))
 
     def _launch(self, connectors: Sequence[Mapping[str, Any]], wait_s: float) -> None:
-        if _port_open(self.rest_port):
+        if port_open(self.rest_port):
             raise ConnectError(f"port {self.rest_port} is taken by another process; set connect.rest_port in conf")
         self.data_dir.mkdir(parents=True, exist_ok=True)
         (self.data_dir / "worker.properties").write_text(self.worker_properties())
@@ -171,19 +165,13 @@ class ConnectWorker:
             path.write_text(json.dumps(connector, indent=2, sort_keys=True) + "\n")
             files.append(str(path))
         command = [*self._java(), str(self.data_dir / "worker.properties"), *files]
-        with open(self.data_dir / "stdout.log", "ab") as out:
-            process = subprocess.Popen(
-                command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
-            )
-        self._pid_file.write_text(str(process.pid))
-        deadline = time.monotonic() + wait_s
-        while not self.answers():
-            if process.poll() is not None:
-                raise ConnectError(f"Kafka Connect exited with {process.returncode}; see {self.log_file}")
-            if time.monotonic() > deadline:
-                self.stop()
-                raise ConnectError(f"Kafka Connect did not answer on {self.url} in {wait_s:.0f}s; see {self.log_file}")
-            time.sleep(0.3)
+        process = start_daemon(command, pid_file=self._pid_file, output=self.data_dir / "stdout.log")
+        outcome = wait_until(self.answers, wait_s=wait_s, every_s=0.3, exited=lambda: process.poll() is not None)
+        if outcome == "exited":
+            raise ConnectError(f"Kafka Connect exited with {process.returncode}; see {self.log_file}")
+        if outcome == "timed out":
+            self.stop()
+            raise ConnectError(f"Kafka Connect did not answer on {self.url} in {wait_s:.0f}s; see {self.log_file}")
 
     def add_connector(self, connector: Mapping[str, Any], wait_s: float = 60.0) -> None:
         """Create a connector on the running worker (standalone: not kept across restarts) and wait until it runs."""
@@ -210,26 +198,11 @@ class ConnectWorker:
 
     def stop(self, wait_s: float = 30.0) -> bool:
         """Stop the worker (SIGTERM: offsets flushed; SIGKILL after ``wait_s``); return whether one ran."""
-        return self._signal(signal.SIGTERM, wait_s)
+        return stop_daemon(self._pid_file, wait_s=wait_s)
 
     def kill(self) -> bool:
         """SIGKILL the worker: no offset flush, no goodbye (what a crash looks like)."""
-        return self._signal(signal.SIGKILL, 10.0)
-
-    def _signal(self, sig: signal.Signals, wait_s: float) -> bool:
-        pid = self.pid()
-        if pid is None:
-            return False
-        os.kill(pid, sig)
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline and _alive(pid):
-            time.sleep(0.2)
-        if _alive(pid):
-            os.kill(pid, signal.SIGKILL)
-            while _alive(pid):
-                time.sleep(0.1)
-        self._pid_file.unlink(missing_ok=True)
-        return True
+        return stop_daemon(self._pid_file, wait_s=10.0, sig=signal.SIGKILL)
 
     def status(self) -> str:
         pid = self.pid()
@@ -272,23 +245,3 @@ class ConnectWorker:
         except (urllib.error.URLError, OSError) as error:
             raise ConnectError(f"{method} {path}: {error}") from None
         return json.loads(text) if text.strip() else None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        reaped, _ = os.waitpid(pid, os.WNOHANG)
-        if reaped == pid:
-            return False
-    except ChildProcessError:
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def _port_open(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.settimeout(0.5)
-        return sock.connect_ex(("127.0.0.1", port)) == 0

@@ -14,15 +14,13 @@ Example::
 from __future__ import annotations
 
 import base64
-import os
-import signal
-import socket
 import subprocess
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipelines.local_process import read_pid, start_daemon, stop_daemon, wait_until
+from pipelines.ports import port_open
 from pipelines.runtime_env import ensure_java_home, jar_files, jars_dir
 from pipelines.settings import Settings
 
@@ -144,16 +142,11 @@ class KafkaBroker:
 
     def pid(self) -> int | None:
         """The pid of this broker's process if it is alive."""
-        try:
-            pid = int(self._pid_file.read_text().strip())
-            os.kill(pid, 0)
-        except (FileNotFoundError, ValueError, ProcessLookupError, PermissionError):
-            return None
-        return pid
+        return read_pid(self._pid_file)
 
     def answers(self, timeout_s: float = 2.0) -> bool:
         """Whether the broker answers a Kafka metadata request."""
-        if not _port_open(self.port):
+        if not port_open(self.port):
             return False
         from kafka import KafkaAdminClient
 
@@ -173,68 +166,29 @@ class KafkaBroker:
         """Format storage once, start the broker in the background, and wait until it answers."""
         if self.pid() is not None and self.answers():
             return
-        if _port_open(self.port):
+        if port_open(self.port):
             raise BrokerError(f"port {self.port} is taken by another process; set kafka.broker.port in conf")
         self.data_dir.mkdir(parents=True, exist_ok=True)
         config = self.data_dir / "server.properties"
         config.write_text(self._properties())
         (self.data_dir / "log4j2.xml").write_text(_LOG4J2.format(log_file=self.log_file))
         self._format_storage(config)
-        with open(self.data_dir / "stdout.log", "ab") as out:
-            process = subprocess.Popen(
-                [*self._java(), "kafka.Kafka", str(config)],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        self._pid_file.write_text(str(process.pid))
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                raise BrokerError(f"Kafka exited with {process.returncode}; see {self.data_dir / 'stdout.log'}")
-            if self.answers():
-                return
-            time.sleep(0.5)
-        self.stop()
-        raise BrokerError(f"Kafka did not answer on {self.bootstrap} within {wait_s:.0f}s; see {self.log_file}")
+        process = start_daemon(
+            [*self._java(), "kafka.Kafka", str(config)], pid_file=self._pid_file, output=self.data_dir / "stdout.log"
+        )
+        outcome = wait_until(self.answers, wait_s=wait_s, exited=lambda: process.poll() is not None)
+        if outcome == "exited":
+            raise BrokerError(f"Kafka exited with {process.returncode}; see {self.data_dir / 'stdout.log'}")
+        if outcome == "timed out":
+            self.stop()
+            raise BrokerError(f"Kafka did not answer on {self.bootstrap} within {wait_s:.0f}s; see {self.log_file}")
 
     def stop(self, wait_s: float = 30.0) -> bool:
         """Stop the broker (SIGTERM, then SIGKILL after ``wait_s``); return whether one was running."""
-        pid = self.pid()
-        if pid is None:
-            return False
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline and _alive(pid):
-            time.sleep(0.2)
-        if _alive(pid):
-            os.kill(pid, signal.SIGKILL)
-        self._pid_file.unlink(missing_ok=True)
-        return True
+        return stop_daemon(self._pid_file, wait_s=wait_s)
 
     def status(self) -> str:
         pid = self.pid()
         if pid is None:
             return "stopped"
         return f"running (pid {pid}, {self.bootstrap}, {'answering' if self.answers() else 'not answering'})"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        reaped, _ = os.waitpid(pid, os.WNOHANG)
-        if reaped == pid:
-            return False
-    except ChildProcessError:
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def _port_open(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.settimeout(0.5)
-        return sock.connect_ex(("127.0.0.1", port)) == 0

@@ -22,7 +22,6 @@ import os
 import pwd
 import re
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterable, Sequence
@@ -30,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipelines.local_process import wait_until
+from pipelines.ports import free_port, port_open
 from pipelines.runtime_env import SetupMissingError
 from pipelines.settings import REPO_ROOT, Settings
 from rules_cdc.rule_model import Rule
@@ -135,7 +136,7 @@ class RulesDb:
 
     def answers(self) -> bool:
         port = self.effective_port()
-        if not port or not _port_open(port):
+        if not port or not port_open(port):
             return False
         result = subprocess.run(
             [str(self.binaries() / "pg_isready"), "-q", "-h", "127.0.0.1", "-p", str(port), "-t", "2"],
@@ -155,7 +156,7 @@ class RulesDb:
         if not (self.pgdata / "PG_VERSION").exists():
             self._initdb(bins)
         port = self._choose_port()
-        if _port_open(port):
+        if port_open(port):
             raise RulesDbError(f"port {port} is taken by another process; set rulesdb.port in conf (0: a free one)")
         self._as_server_user(
             [
@@ -174,11 +175,8 @@ class RulesDb:
             what="starting PostgreSQL",
             timeout=wait_s + 10,
         )
-        deadline = time.monotonic() + wait_s
-        while not self.answers():
-            if time.monotonic() > deadline:
-                raise RulesDbError(f"PostgreSQL did not answer on port {port} in {wait_s:.0f}s; see {self.log_file}")
-            time.sleep(0.2)
+        if wait_until(self.answers, wait_s=wait_s, every_s=0.2) != "ready":
+            raise RulesDbError(f"PostgreSQL did not answer on port {port} in {wait_s:.0f}s; see {self.log_file}")
         self._create_database()
         self.migrate()
 
@@ -349,7 +347,7 @@ class RulesDb:
     def _choose_port(self) -> int:
         if self.port:
             return self.port
-        port = self.effective_port() or _free_port()
+        port = self.effective_port() or free_port()
         self._port_file.write_text(f"{port}\n")
         return port
 
@@ -410,16 +408,3 @@ def schema_files(folder: Path = SCHEMA_DIR) -> list[tuple[int, Path]]:
 
 def _major(name: str) -> int:
     return int(name) if name.isdigit() else -1
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _port_open(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.settimeout(0.5)
-        return sock.connect_ex(("127.0.0.1", port)) == 0

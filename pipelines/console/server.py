@@ -9,12 +9,13 @@ Example::
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 
 import uvicorn
 from fastapi import FastAPI
+
+from pipelines.ports import free_port
 
 APP_PORT_ENV = "DATABRICKS_APP_PORT"
 """The port a Databricks App must listen on (set by the Apps runtime)."""
@@ -25,7 +26,7 @@ class ConsoleServer:
 
     def __init__(self, app: FastAPI, *, host: str = "127.0.0.1", port: int = 8050) -> None:
         self.host = host
-        self.port = port or _free_port(host)
+        self.port = port or free_port(host)
         config = uvicorn.Config(
             app, host=host, port=self.port, log_level="warning", access_log=False, timeout_graceful_shutdown=5
         )
@@ -53,10 +54,3 @@ class ConsoleServer:
         self._server.should_exit = True
         if self._thread is not None:
             self._thread.join(wait_s)
-
-
-def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
