@@ -9,6 +9,9 @@ Example::
     broker = KafkaBroker.from_settings(settings)
     broker.start()          # idempotent: returns at once if this broker already answers
     broker.stop()
+
+    with started_broker(tmp / "kafka") as broker:   # one of its own, on free ports (tests, the bench)
+        ...
 """
 
 from __future__ import annotations
@@ -16,11 +19,13 @@ from __future__ import annotations
 import base64
 import subprocess
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from pipelines.local_process import read_pid, start_daemon, stop_daemon, wait_until
-from pipelines.ports import port_open
+from pipelines.ports import free_port, port_open
 from pipelines.runtime_env import ensure_java_home, jar_files, jars_dir
 from pipelines.settings import Settings
 
@@ -192,3 +197,14 @@ class KafkaBroker:
         if pid is None:
             return "stopped"
         return f"running (pid {pid}, {self.bootstrap}, {'answering' if self.answers() else 'not answering'})"
+
+
+@contextmanager
+def started_broker(data_dir: Path, *, heap: str = "512m") -> Iterator[KafkaBroker]:
+    """A broker of its own under ``data_dir`` on free ports, started, and stopped on leaving the block."""
+    broker = KafkaBroker(data_dir=data_dir, port=free_port(), controller_port=free_port(), heap=heap)
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()

@@ -1,35 +1,18 @@
-"""Helpers of the real-Debezium tests: a database of their own, connectors from the conf file, topic reads, waits."""
+"""Helpers of the real-Debezium tests: a database of their own, connectors from the conf file, topic reads."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import time
-from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Mapping
+from typing import Any
 
-import pytest
 from kafka import KafkaConsumer, TopicPartition
 
 from pipelines.debezium_config import connector_config
 from pipelines.rulesdb import RulesDb
 from pipelines.settings import Settings
-
-T = TypeVar("T")
-WAIT_SECONDS = 180.0
-"""Per wait. Seconds on an idle machine; generous for a shared 2-core box running other suites."""
-
-
-def wait_for(what: str, probe: Callable[[], T | None], *, seconds: float = WAIT_SECONDS, every: float = 0.5) -> T:
-    """Poll ``probe`` until it returns something truthy; fail with ``what`` after ``seconds``."""
-    deadline = time.monotonic() + seconds
-    while True:
-        result = probe()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {seconds:.0f} s waiting for {what}")
-        time.sleep(every)
 
 
 def own_database(rulesdb: RulesDb, name: str) -> RulesDb:

@@ -11,7 +11,6 @@ each once.
 
 from __future__ import annotations
 
-import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -32,7 +31,7 @@ from reliability_support import record_outcome
 from delta_tables.catalog import init_lakehouse
 from pipelines.engine.job import EngineRun, start_engine
 from pipelines.engine.keys import encode_key
-from pipelines.kafka_broker import KafkaBroker
+from pipelines.kafka_broker import KafkaBroker, started_broker
 from pipelines.settings import Settings
 
 pytestmark = pytest.mark.kafka
@@ -41,21 +40,10 @@ RULES = [make_rule(1, limit=80, windowMinutes=2), make_rule(2, groupingKeyNames=
 OUTAGE_SECONDS = 15
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @pytest.fixture
 def own_broker(tmp_path: Path) -> Iterator[KafkaBroker]:
-    broker = KafkaBroker(data_dir=tmp_path / "kafka", port=_free_port(), controller_port=_free_port(), heap="256m")
-    broker.start()
-    try:
+    with started_broker(tmp_path / "kafka", heap="256m") as broker:
         yield broker
-    finally:
-        broker.stop()
 
 
 def _records(part: int, n: int = 20) -> list[dict[str, Any]]:

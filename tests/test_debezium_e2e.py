@@ -28,8 +28,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from debezium_support import connector, own_database, topic_records, wait_for
+from debezium_support import connector, own_database, topic_records
 from engine_fixtures import json_line
+from polling import wait_for
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery

@@ -19,7 +19,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from debezium_support import connector, own_database, record_count, topic_records, wait_for
+from debezium_support import connector, own_database, record_count, topic_records
+from polling import wait_for
 from rules_cdc_support import SAMPLES
 
 from pipelines.connect_worker import ConnectWorker

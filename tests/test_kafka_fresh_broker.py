@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import TypeVar
 
 import pytest
-from conftest import _free_port
 from engine_fixtures import alerts_by_id
 from kafka.admin import KafkaAdminClient
+from polling import wait_for
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
@@ -30,7 +30,7 @@ from pipelines.cli import main
 from pipelines.engine.job import EngineRun, start_engine
 from pipelines.engine.keys import encode_key
 from pipelines.generator import FraudRates, GeneratorConfig, generate
-from pipelines.kafka_broker import KafkaBroker
+from pipelines.kafka_broker import KafkaBroker, started_broker
 from pipelines.rules_job import start_rules_job
 from pipelines.settings import REPO_ROOT, Settings
 from rules_cdc.rule_model import parse_rule
@@ -42,24 +42,19 @@ COUNT, SEED, START_MS, FRAUD = 300, 21, 1_700_000_000_000, 0.05
 
 @pytest.fixture
 def fresh_broker(tmp_path: Path) -> Iterator[KafkaBroker]:
-    broker = KafkaBroker(data_dir=tmp_path / "kafka", port=_free_port(), controller_port=_free_port(), heap="256m")
-    broker.start()
-    try:
+    with started_broker(tmp_path / "kafka", heap="256m") as broker:
         yield broker
-    finally:
-        broker.stop()
 
 
-def _wait(what: str, probe: Callable[[], T | None], queries: list[StreamingQuery], seconds: float = 600) -> T:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+def _wait(what: str, probe: Callable[[], T | None], queries: list[StreamingQuery]) -> T:
+    """``wait_for`` that fails at once when a query dies (its error said) rather than at the deadline."""
+
+    def checked() -> T | None:
         for query in queries:
             assert query.isActive, f"{query.name} died waiting for {what}: {query.exception()}"
-        result = probe()
-        if result:
-            return result
-        time.sleep(1)
-    raise AssertionError(f"timed out after {seconds:.0f} s waiting for {what}")
+        return probe()
+
+    return wait_for(what, checked, seconds=600, every=1.0)
 
 
 def test_the_readme_order_works_on_a_fresh_broker(

@@ -25,12 +25,14 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from decimal import Decimal
+from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from engine_fixtures import json_line
 from kafka import KafkaConsumer, KafkaProducer
+from polling import wait_for
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
@@ -77,19 +79,8 @@ LINE = re.compile(
     r" (?P<op>[<>=!]+) (?P<limit>[\d.]+) \((?P<window>\d+) min\)  tx (?P<tx>\S+)  batch (?P<batch>\d+)"
     r"  latency (?P<latency>-?[\d.]+) s$"
 )
-T = TypeVar("T")
-
-
-def wait_for(what: str, probe: Callable[[], T | None], *, seconds: float = DEADLINE_SECONDS) -> T:
-    """Poll ``probe`` until it returns something truthy; fail with ``what`` after ``seconds``."""
-    deadline = time.monotonic() + seconds
-    while True:
-        result = probe()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {seconds:.0f} s waiting for {what}")
-        time.sleep(1.0)
+live_wait = partial(wait_for, seconds=DEADLINE_SECONDS, every=1.0)
+"""``wait_for`` with this module's deadline, polling once a second (most probes are Spark reads of Delta tables)."""
 
 
 def live_settings(settings: Settings, broker: KafkaBroker) -> Settings:
@@ -216,14 +207,14 @@ def test_rules_and_transactions_live_through_kafka(
         # 1. The sample rules, through the rules topic and the rules job.
         rules = sample_rules(settings)
         edit_rules(spark, settings, "upsert", rules=rules, publish_to="kafka")
-        wait_for(
+        live_wait(
             "the sample rules in the rules table",
             lambda: rule_states(spark, settings) == {r.rule_id: "ACTIVE" for r in rules},
         )
 
         # 2. Transactions with injected patterns: alerts in Delta, and the same alerts on the alerts topic.
         produce(settings, first)
-        wait_for("the first transactions processed", lambda: processed(spark, settings) == len(first))
+        live_wait("the first transactions processed", lambda: processed(spark, settings) == len(first))
         phase_one = delta_alerts(spark, settings)
         caught = {p: {a["ruleId"] for a in phase_one if pattern_of.get(a["transactionId"]) == p} for p in PATTERNS}
         assert {p: CATCHES[p] - caught[p] for p in PATTERNS} == {p: set() for p in PATTERNS}, caught
@@ -235,14 +226,16 @@ def test_rules_and_transactions_live_through_kafka(
         edit_rules(spark, settings, "pause", rule_id=PAUSED, publish_to="kafka")
         edit_rules(spark, settings, "delete", rule_id=DELETED, publish_to="kafka")
         expected = {1: "ACTIVE", 2: "ACTIVE", 3: "ACTIVE", 4: "ACTIVE", PAUSED: "PAUSED", 7: "ACTIVE"}
-        wait_for("the edits in the rules table", lambda: rule_states(spark, settings) == expected)
+        live_wait("the edits in the rules table", lambda: rule_states(spark, settings) == expected)
         changed = table_version(spark, settings.table_path("rules"))
 
         produce(settings, second)
-        wait_for("the second transactions processed", lambda: processed(spark, settings) == len(first) + len(second))
+        live_wait("the second transactions processed", lambda: processed(spark, settings) == len(first) + len(second))
         batches = engine_batches(spark, settings)
         alerts = delta_alerts(spark, settings)
-        on_topic = wait_for("every Delta alert on the alerts topic", lambda: all_on_topic(settings, alerts), seconds=60)
+        on_topic = live_wait(
+            "every Delta alert on the alerts topic", lambda: all_on_topic(settings, alerts), seconds=60
+        )
         elapsed = time.monotonic() - started
     finally:
         for query in queries:
