@@ -18,24 +18,8 @@ from typing import Any
 
 from delta_tables.alerts import ALERTS
 from pipelines.console.lake_reader import Condition, LakeReader
+from pipelines.engine.alert_rows import EXPORT_FIELDS
 from pipelines.engine.backtest import parse_instant_ms
-
-LIST_COLUMNS = (
-    "alertId",
-    "ruleId",
-    "keyValue",
-    "transactionId",
-    "eventTime",
-    "aggregateValue",
-    "aggregatorFunctionType",
-    "limitOperatorType",
-    "limit",
-    "windowMinutes",
-    "detectedAt",
-    "batchId",
-    "rulesVersion",
-    "latencyMs",
-)
 
 
 class BadQuery(ValueError):
@@ -88,13 +72,14 @@ class AlertQuery:
 def recent_alerts(
     reader: LakeReader, query: AlertQuery, *, after: dt.datetime | None = None, limit: int = 200
 ) -> list[dict[str, Any]]:
-    """Matching alerts, newest detection first (then rule, transaction), at most ``limit``."""
+    """Matching alerts, newest detection first (then rule, transaction), at most ``limit``; each with the fields
+    the alerts topic carries (``alert_rows.EXPORT_FIELDS``)."""
     where = query.conditions()
     if after is not None:
         where.append(("detectedAt", ">", after))
         # detectedDate partitions the table: skip the days before the cursor.
         where.append(("detectedDate", ">=", after.date() - dt.timedelta(days=1)))
-    rows = reader.rows(ALERTS.name, columns=list(LIST_COLUMNS), where=where)
+    rows = reader.rows(ALERTS.name, columns=list(EXPORT_FIELDS), where=where)
     rows.sort(key=lambda r: (r["detectedAt"], r["ruleId"], r["transactionId"]), reverse=True)
     return rows[:limit]
 

@@ -15,25 +15,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from pipelines.settings import TransactionSchema
 from rules_cdc.rule_model import Aggregator, LimitOperator, Rule, parse_rule
 
-FIELDS = (
-    "ruleId",
-    "ruleName",
-    "ruleState",
-    "groupingKeyNames",
-    "aggregateFieldName",
-    "aggregatorFunctionType",
-    "limitOperatorType",
-    "limit",
-    "windowMinutes",
-    "filter",
-    "cooldownMinutes",
-)
 AGGREGATORS = tuple(a.value for a in Aggregator)
 OPERATORS = tuple(o.value for o in LimitOperator)
 STATES = ("ACTIVE", "PAUSED")
@@ -57,7 +44,7 @@ class RuleFormValues:
 
     @classmethod
     def from_form(cls, form: Mapping[str, Any]) -> RuleFormValues:
-        return cls(**{name: str(form.get(name, "") or "") for name in FIELDS})
+        return cls(**{f.name: str(form.get(f.name, "") or "") for f in fields(cls)})
 
     @classmethod
     def from_rule(cls, document: Mapping[str, Any]) -> RuleFormValues:
