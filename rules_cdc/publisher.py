@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from pipelines.kafka_clients import ensure_topics, python_client_config
+from pipelines.rulesdb import rule_row
 from pipelines.settings import Settings
 from rules_cdc.envelope import Op
 from rules_cdc.plan_changes import TableView
@@ -36,22 +37,11 @@ class PublishRefused(RuntimeError):
 
 
 def db_row(rule: Rule) -> dict[str, Any]:
-    """The rule as a ``fraud_rules`` row: snake_case columns, decimal as text (``decimal.handling.mode=string``)."""
-    data = rule.to_json_dict()
-    return {
-        "rule_id": rule.rule_id,
-        "rule_name": rule.rule_name,
-        "rule_state": rule.rule_state.value,
-        "grouping_key_names": list(rule.grouping_key_names),
-        "aggregate_field_name": rule.aggregate_field_name,
-        "aggregator_function_type": rule.aggregator_function_type.value,
-        "limit_operator_type": rule.limit_operator_type.value,
-        "limit_value": format(rule.limit, "f"),
-        "window_minutes": rule.window_minutes,
-        "filter": json.dumps(data["filter"]) if data["filter"] is not None else None,
-        "cooldown_minutes": rule.cooldown_minutes,
-        "disabled": rule.disabled,
-    }
+    """The rule's ``fraud_rules`` row (``rulesdb.rule_row``) as Debezium carries it (``decimal.handling.mode=string``):
+    the jsonb filter as JSON text; the limit as text, with all the places the model keeps."""
+    row = rule_row(rule)
+    text = None if row["filter"] is None else json.dumps(row["filter"])
+    return {**row, "limit_value": format(rule.limit, "f"), "filter": text}
 
 
 def cli_event(op: Op, before: Rule | None, after: Rule | None, position: tuple[str, int]) -> dict[str, Any]:
