@@ -7,7 +7,6 @@ Usage: .venv/bin/python scripts/floor_compare.py --rows 2000 --batches 8 [--conf
 from __future__ import annotations
 
 import argparse
-import shutil
 import statistics
 import sys
 from pathlib import Path
@@ -15,41 +14,27 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from pipelines.bench.engine_runs import lakehouse_for  # noqa: E402
+from engine_workload import add_workload_arguments, engine_lakehouse, fresh_landing, spark_with  # noqa: E402
+
 from pipelines.bench.floor import FLOOR_KINDS, add_batch_seconds, run_floor  # noqa: E402
-from pipelines.bench.workload import Workload, rule_set, transactions, write_batches  # noqa: E402
 from pipelines.engine.job import EngineRun, start_engine  # noqa: E402
-from pipelines.settings import load_settings  # noqa: E402
-from pipelines.spark_session import get_spark  # noqa: E402
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=2000)
-    parser.add_argument("--batches", type=int, default=8)
-    parser.add_argument("--keys", type=int, default=10_000)
-    parser.add_argument("--rules", type=int, default=20)
-    parser.add_argument("--states", type=int, default=4)
+    add_workload_arguments(parser)
     parser.add_argument("--no-floor", action="store_true", help="engine only")
-    parser.add_argument("--conf", action="append", default=[])
     args = parser.parse_args()
-    base = load_settings()
-    extra = dict(item.split("=", 1) for item in args.conf)
-    base = base.model_copy(update={"spark": base.spark.model_copy(update={"extra_conf": extra})})
-    spark = get_spark(base, "fraudlake-floor-compare")
+    base, spark = spark_with(args.conf, "fraudlake-floor-compare")
     work = (REPO_ROOT / ".work" / "floor-compare").resolve()
-    shutil.rmtree(work, ignore_errors=True)
-    workload = Workload(count=args.rows * args.batches, keys=args.keys, rate_per_second=max(50.0, args.keys / 6))
-    write_batches(transactions(workload), work / "landing", batch_size=args.rows)
+    landing = fresh_landing(work, args)
     medians = {}
     for kind in () if args.no_floor else FLOOR_KINDS:
-        result = run_floor(spark, work / "landing", work / kind.replace("+", "-"), kind=kind)
+        result = run_floor(spark, landing, work / kind.replace("+", "-"), kind=kind)
         medians[kind] = result.median_batch_seconds
         print(f"floor {kind:13s} batches {[round(s, 2) for s in result.batch_seconds]}", flush=True)
-    settings = lakehouse_for(
-        base, str(work / "lakehouse"), rule_set(args.rules, window_minutes=60, states=args.states), spark=spark
-    )
-    run = EngineRun(source="files", input_path=str(work / "landing"), once=True, max_files_per_trigger=1)
+    settings = engine_lakehouse(spark, base, work, args)
+    run = EngineRun(source="files", input_path=str(landing), once=True, max_files_per_trigger=1)
     query = start_engine(spark, settings, run, report=lambda line: print(line[:100]))
     query.awaitTermination()
     seconds = add_batch_seconds(query)

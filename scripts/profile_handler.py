@@ -17,7 +17,6 @@ import argparse
 import cProfile
 import json
 import os
-import shutil
 import sys
 import time
 import urllib.request
@@ -27,14 +26,11 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
+from engine_workload import add_workload_arguments, engine_lakehouse, fresh_landing, spark_with  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
-from pipelines.bench.engine_runs import lakehouse_for  # noqa: E402
-from pipelines.bench.workload import Workload, rule_set, transactions, write_batches  # noqa: E402
 from pipelines.engine.batch_handler import BatchHandler  # noqa: E402
 from pipelines.engine.parse_transactions import RAW_COLUMNS  # noqa: E402
-from pipelines.settings import load_settings  # noqa: E402
-from pipelines.spark_session import get_spark  # noqa: E402
 
 
 def _jvm_cpu_seconds() -> float:
@@ -79,29 +75,18 @@ def _delta(now: tuple[int, float], before: tuple[int, float]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=2000)
-    parser.add_argument("--batches", type=int, default=8)
-    parser.add_argument("--keys", type=int, default=10_000)
-    parser.add_argument("--rules", type=int, default=20)
-    parser.add_argument("--states", type=int, default=4)
-    parser.add_argument("--conf", action="append", default=[], help="extra Spark conf key=value")
+    add_workload_arguments(parser)
     parser.add_argument("--cprofile", help="write a cProfile of the batches after the first here")
     parser.add_argument("--stages", action="store_true", help="list the Spark stages of the last batch")
     parser.add_argument("--sql", help="write the last batch's SQL executions (plan nodes with metrics) here")
     parser.add_argument("--jfr", help="write a Java Flight Recording of the JVM over the batches after the second")
     args = parser.parse_args()
 
-    base = load_settings()
-    extra = dict(item.split("=", 1) for item in args.conf)
-    base = base.model_copy(update={"spark": base.spark.model_copy(update={"extra_conf": extra, "ui_enabled": True})})
-    spark = get_spark(base, "fraudlake-profile-handler")
+    base, spark = spark_with(args.conf, "fraudlake-profile-handler", ui=True)
     work = (REPO_ROOT / ".work" / "profile-handler").resolve()
-    shutil.rmtree(work, ignore_errors=True)
-    rules = rule_set(args.rules, window_minutes=60, states=args.states)
-    settings = lakehouse_for(base, str(work / "lakehouse"), rules, spark=spark)
-    workload = Workload(count=args.rows * args.batches, keys=args.keys, rate_per_second=max(50.0, args.keys / 6))
-    write_batches(transactions(workload), work / "landing", batch_size=args.rows)
-    files = sorted((work / "landing").glob("*.jsonl"))
+    landing = fresh_landing(work, args)
+    settings = engine_lakehouse(spark, base, work, args)
+    files = sorted(landing.glob("*.jsonl"))
     handler = BatchHandler(settings, app_id="engine-profile", report=print)
     profiler = cProfile.Profile() if args.cprofile else None
     for batch_id, path in enumerate(files):

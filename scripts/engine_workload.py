@@ -1,0 +1,62 @@
+"""What the engine profiling scripts share: Spark with ``--conf key=value`` items added to conf/local.yaml's, and a
+work folder with the bench's throughput workload (landing files, one per micro-batch; a lakehouse with its rules).
+
+Imported by the scripts beside it, after they put the repository root on ``sys.path``. Example::
+
+    parser = argparse.ArgumentParser()
+    add_workload_arguments(parser)
+    args = parser.parse_args()
+    base, spark = spark_with(args.conf, "fraudlake-profile", ui=True)
+    landing = fresh_landing(work, args)                  # work emptied first
+    settings = engine_lakehouse(spark, base, work, args)
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from pipelines.bench.engine_runs import lakehouse_for
+from pipelines.bench.workload import Workload, rule_set, transactions, write_batches
+from pipelines.settings import Settings, load_settings
+from pipelines.spark_session import get_spark
+
+
+def add_workload_arguments(parser: argparse.ArgumentParser, *, rows: int = 2000, batches: int = 8) -> None:
+    """``--rows --batches --keys --rules --states --conf``, with the bench's throughput values as defaults."""
+    parser.add_argument("--rows", type=int, default=rows, help="transactions per micro-batch (one landing file each)")
+    parser.add_argument("--batches", type=int, default=batches, help="micro-batches (the first warms up)")
+    parser.add_argument("--keys", type=int, default=10_000, help="distinct payers")
+    parser.add_argument("--rules", type=int, default=20, help="rules, each per payer over 1 hour")
+    parser.add_argument("--states", type=int, default=4, help="states the rules share (distinct filters)")
+    parser.add_argument("--conf", action="append", default=[], help="extra Spark conf key=value")
+
+
+def spark_with(conf: Sequence[str], app_name: str, *, ui: bool = False) -> tuple[Settings, SparkSession]:
+    """conf/local.yaml with the ``key=value`` items added to its Spark conf (and the Spark UI on, for its REST API,
+    with ``ui``); a session on them."""
+    base = load_settings()
+    extra = {**base.spark.extra_conf, **dict(item.split("=", 1) for item in conf)}
+    spark_settings = base.spark.model_copy(update={"extra_conf": extra, **({"ui_enabled": True} if ui else {})})
+    base = base.model_copy(update={"spark": spark_settings})
+    return base, get_spark(base, app_name)
+
+
+def fresh_landing(work: Path, args: argparse.Namespace) -> Path:
+    """``work`` emptied, then ``args.batches`` JSON-lines files of ``args.rows`` transactions over ``args.keys``
+    payers in ``work/landing`` (returned)."""
+    shutil.rmtree(work, ignore_errors=True)
+    workload = Workload(count=args.rows * args.batches, keys=args.keys, rate_per_second=max(50.0, args.keys / 6))
+    write_batches(transactions(workload), work / "landing", batch_size=args.rows)
+    return work / "landing"
+
+
+def engine_lakehouse(spark: SparkSession, base: Settings, work: Path, args: argparse.Namespace) -> Settings:
+    """A fresh lakehouse in ``work/lakehouse`` with ``args.rules`` rules in ``args.states`` states (1-hour
+    windows): the settings that point at it."""
+    rules = rule_set(args.rules, window_minutes=60, states=args.states)
+    return lakehouse_for(base, str(work / "lakehouse"), rules, spark=spark)
