@@ -4,6 +4,8 @@
 # package `chromium`. Missing otherwise: says how to install it and carries on (only the console's browser tests
 # need it, and they then fail with the same message).
 set -euo pipefail
+# shellcheck source=scripts/debian_packages.sh
+source "$(dirname "$0")/debian_packages.sh"
 
 have_chromium() {
   command -v chromium >/dev/null 2>&1 || [ -x /usr/bin/chromium ]
@@ -12,11 +14,9 @@ have_chromium() {
 if have_chromium; then
   exit 0
 fi
-if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+if can_install_packages; then
   echo "setup: installing Chromium (Debian package chromium) for the console's browser tests"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends chromium >/dev/null
+  install_packages chromium
   have_chromium && exit 0
   echo "setup: chromium was installed but /usr/bin/chromium is still not found" >&2
   exit 1

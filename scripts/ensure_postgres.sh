@@ -4,6 +4,8 @@
 # its own cluster (fraudlake never uses a system service). Missing otherwise: says how to install them and
 # carries on (the rest of fraudlake does not need them; `fraudlake rulesdb start` and its tests then fail clearly).
 set -euo pipefail
+# shellcheck source=scripts/debian_packages.sh
+source "$(dirname "$0")/debian_packages.sh"
 
 have_server() {
   local dir
@@ -18,13 +20,11 @@ have_server() {
 if have_server; then
   exit 0
 fi
-if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+if can_install_packages; then
   echo "setup: installing PostgreSQL (Debian package postgresql) for the rules database"
   mkdir -p /etc/postgresql-common/createcluster.d
   echo "create_main_cluster = false" > /etc/postgresql-common/createcluster.d/fraudlake.conf
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends postgresql >/dev/null
+  install_packages postgresql
   have_server && exit 0
   echo "setup: PostgreSQL was installed but its server binaries are still not found" >&2
   exit 1
