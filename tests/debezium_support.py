@@ -5,12 +5,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Mapping
+import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
 
+from pipelines.connect_worker import ConnectWorker
 from pipelines.debezium_config import connector_config
+from pipelines.kafka_clients import ensure_topics
 from pipelines.rulesdb import RulesDb
 from pipelines.settings import Settings
 
@@ -42,6 +47,34 @@ def connector(
             **(overrides or {}),
         },
     )
+
+
+def cdc_settings(base: Settings, folder: Path, *, bootstrap: str, rules_topic: str) -> Settings:
+    """The real path's settings: a lakehouse in ``folder``, the broker at ``bootstrap`` with a rules topic of the
+    test's own (``rules_topic`` + a random suffix), 1 s engine triggers, nothing late."""
+    topics = base.kafka.topics.model_copy(update={"rules": f"{rules_topic}-{uuid.uuid4().hex[:8]}"})
+    return base.with_lakehouse(str(folder / "lakehouse")).model_copy(
+        update={
+            "kafka": base.kafka.model_copy(update={"bootstrap_servers": bootstrap, "topics": topics}),
+            "engine": base.engine.model_copy(update={"trigger_interval_seconds": 1, "allowed_lateness_seconds": 3600}),
+        }
+    )
+
+
+@contextmanager
+def running_connector(worker: ConnectWorker, settings: Settings, db: RulesDb, *, name: str) -> Iterator[dict[str, Any]]:
+    """The conf file's connector (``connector``) from ``db`` to the rules topic of ``settings`` (created first), added
+    to ``worker``; on leaving the block it is removed (if the worker still runs) and its replication slot dropped."""
+    topic = settings.kafka.topics.rules
+    ensure_topics(settings, [topic])
+    config = connector(settings, db, name=name, topic=topic)
+    worker.add_connector(config)
+    try:
+        yield config
+    finally:
+        if worker.answers():
+            worker.remove_connector(str(config["name"]))
+        db.drop_slot(str(config["config"]["slot.name"]))
 
 
 def topic_records(bootstrap: str, topic: str) -> list[tuple[int, int, str | None, str | None]]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal
@@ -24,7 +23,7 @@ from typing import Any
 
 import pytest
 from console_support import CHROMIUM_ARGS, Screenshots, chromium_executable, running_console
-from debezium_support import connector, own_database
+from debezium_support import cdc_settings, own_database, running_connector
 from engine_fixtures import json_line
 from playwright.sync_api import BrowserContext, Page, sync_playwright
 from pyspark.sql import SparkSession
@@ -38,7 +37,6 @@ from pipelines.console.rule_writes import RulesDbWriter, TopicWriter, choose_wri
 from pipelines.console.server import ConsoleServer
 from pipelines.engine.job import EngineRun, start_engine
 from pipelines.kafka_broker import KafkaBroker
-from pipelines.kafka_clients import ensure_topics
 from pipelines.rules_job import start_rules_job
 from pipelines.rulesdb import RulesDb
 from pipelines.rulesdb_settings import RulesDbSettings
@@ -94,33 +92,19 @@ def stack(
     """The real path, as `make cdc-start` + `fraudlake rules run --source kafka` + `fraudlake console` set it up."""
     folder = tmp_path_factory.mktemp("console-e2e")
     db = own_database(rulesdb, "fraudlake_console")
-    topics = base_settings.kafka.topics.model_copy(update={"rules": f"console-rules-{uuid.uuid4().hex[:8]}"})
-    settings = base_settings.with_lakehouse(str(folder / "lakehouse")).model_copy(
-        update={
-            "kafka": base_settings.kafka.model_copy(
-                update={"bootstrap_servers": kafka_broker.bootstrap, "topics": topics}
-            ),
-            "engine": base_settings.engine.model_copy(
-                update={"trigger_interval_seconds": 1, "allowed_lateness_seconds": 3600}
-            ),
-            "rulesdb": RulesDbSettings(data_dir=str(db.data_dir), port=db.effective_port(), database=db.database),
-        }
-    )
-    ensure_topics(settings, [topics.rules])
-    config = connector(settings, db, name="console-rules", topic=topics.rules)
-    connect_worker.add_connector(config)
-    init_lakehouse(spark, settings)
-    rules_job = start_rules_job(spark, settings, source="kafka", once=False)
-    writer = choose_writer(settings, "auto")  # the rules database answers: edits go there
-    assert isinstance(writer, RulesDbWriter)
-    try:
-        with running_console(settings, writer=writer, spark=lambda: spark) as (server, _):
-            yield Stack(settings, db, server, spark)
-    finally:
-        rules_job.stop()
-        if connect_worker.answers():
-            connect_worker.remove_connector(str(config["name"]))
-        db.drop_slot(str(config["config"]["slot.name"]))
+    settings = cdc_settings(base_settings, folder, bootstrap=kafka_broker.bootstrap, rules_topic="console-rules")
+    rulesdb_settings = RulesDbSettings(data_dir=str(db.data_dir), port=db.effective_port(), database=db.database)
+    settings = settings.model_copy(update={"rulesdb": rulesdb_settings})
+    with running_connector(connect_worker, settings, db, name="console-rules"):
+        init_lakehouse(spark, settings)
+        rules_job = start_rules_job(spark, settings, source="kafka", once=False)
+        writer = choose_writer(settings, "auto")  # the rules database answers: edits go there
+        assert isinstance(writer, RulesDbWriter)
+        try:
+            with running_console(settings, writer=writer, spark=lambda: spark) as (server, _):
+                yield Stack(settings, db, server, spark)
+        finally:
+            rules_job.stop()
 
 
 def db_rule(db: RulesDb, rule_id: int) -> dict[str, Any] | None:

@@ -15,6 +15,7 @@ import pytest
 import yaml
 from debezium_support import own_database
 from delta.tables import DeltaTable
+from engine_fixtures import make_rule
 from pyspark.sql import SparkSession
 from reference_evaluator import RefBatch, evaluate
 
@@ -32,7 +33,6 @@ from pipelines.engine.keys import encode_key
 from pipelines.rulesdb import RulesDb
 from pipelines.settings import REPO_ROOT, Settings
 from rules_cdc.plan_changes import TableView
-from rules_cdc.rule_model import Rule
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
@@ -81,44 +81,26 @@ def test_the_reader_reads_checkpointed_tables_itself_and_deletion_vectors_throug
 
 
 RULES = [
-    {
-        "ruleId": 1,
-        "groupingKeyNames": ["payerId"],
-        "aggregateFieldName": "paymentAmount",
-        "aggregatorFunctionType": "SUM",
-        "limitOperatorType": "GREATER",
-        "limit": 300,
-        "windowMinutes": 5,
-    },
-    {
-        "ruleId": 2,
-        "groupingKeyNames": ["payerId"],
-        "aggregateFieldName": "COUNT",
-        "aggregatorFunctionType": "COUNT",
-        "limitOperatorType": "GREATER_EQUAL",
-        "limit": 3,
-        "windowMinutes": 10,
-        "filter": {"field": "paymentType", "op": "IN", "value": ["CSH"]},
-    },
-    {
-        "ruleId": 3,
-        "groupingKeyNames": ["payerId", "paymentType"],
-        "aggregateFieldName": "paymentAmount",
-        "aggregatorFunctionType": "AVG",
-        "limitOperatorType": "GREATER",
-        "limit": 50.5,
-        "windowMinutes": 3,
-    },
-    {
-        "ruleId": 4,
-        "groupingKeyNames": [],
-        "aggregateFieldName": "paymentAmount",
-        "aggregatorFunctionType": "MAX",
-        "limitOperatorType": "GREATER",
-        "limit": 90,
-        "windowMinutes": 1,
-        "filter": {"not": {"field": "paymentAmount", "op": "LESS", "value": 20}},
-    },
+    make_rule(1, limit=300, windowMinutes=5),
+    make_rule(
+        2,
+        aggregateFieldName="COUNT",
+        aggregatorFunctionType="COUNT",
+        limitOperatorType="GREATER_EQUAL",
+        limit=3,
+        filter={"field": "paymentType", "op": "IN", "value": ["CSH"]},
+    ),
+    make_rule(
+        3, groupingKeyNames=["payerId", "paymentType"], aggregatorFunctionType="AVG", limit=50.5, windowMinutes=3
+    ),
+    make_rule(
+        4,
+        groupingKeyNames=[],
+        aggregatorFunctionType="MAX",
+        limit=90,
+        windowMinutes=1,
+        filter={"not": {"field": "paymentAmount", "op": "LESS", "value": 20}},
+    ),
 ]
 
 
@@ -129,7 +111,6 @@ def test_the_evidence_recomputes_every_alert_of_the_reference_evaluator(
     the contract raises is explained by a window whose recomputed aggregate is the alert's value."""
     rng = random.Random(15)
     base = 1_767_225_600_000  # 2026-01-01
-    rules = [Rule.model_validate(r) for r in RULES]
     batches: list[list[dict[str, Any]]] = []
     for batch in range(3):
         rows = []
@@ -144,8 +125,8 @@ def test_the_evidence_recomputes_every_alert_of_the_reference_evaluator(
                 }
             )
         batches.append(rows)
-    expected = evaluate([RefBatch(rules=rules, transactions=rows) for rows in batches])
-    assert len({a.rule_id for a in expected}) == len(rules)  # every rule alerts: each path is exercised
+    expected = evaluate([RefBatch(rules=RULES, transactions=rows) for rows in batches])
+    assert len({a.rule_id for a in expected}) == len(RULES)  # every rule alerts: each path is exercised
 
     bronze = []
     for batch, rows in enumerate(batches):
@@ -177,7 +158,7 @@ def test_the_evidence_recomputes_every_alert_of_the_reference_evaluator(
     reader = LakeReader(settings)
     batch_of = {row["transactionId"]: batch for batch, rows in enumerate(batches) for row in rows}
     time_of = {row["transactionId"]: row["eventTime"] for rows in batches for row in rows}
-    by_id = {rule.rule_id: rule for rule in rules}
+    by_id = {rule.rule_id: rule for rule in RULES}
     for alert in expected:
         evidence = window_evidence(
             reader,
@@ -200,7 +181,7 @@ def test_edits_to_the_rules_database_are_parameterized_and_refused_when_they_can
     )
     assert writer.reachable()
     hostile = "x'); DROP TABLE fraud_rules; --"
-    rule = Rule.model_validate(RULES[1] | {"ruleId": 31, "ruleName": hostile})
+    rule = RULES[1].model_copy(update={"rule_id": 31, "rule_name": hostile})
     view = TableView()
     floors = [writer.write("create", rule_id=31, rule=rule, view=view).floor]
     row = db.sql("SELECT rule_name || '|' || filter::text || '|' || limit_value FROM fraud_rules WHERE rule_id = 31")
@@ -237,8 +218,7 @@ def test_the_form_hands_the_model_what_was_typed() -> None:
         "limit": "1e3",
         "windowMinutes": "5",
     }
-    rule = Rule.model_validate(RULES[1])
-    assert RuleFormValues.from_rule(rule.to_json_dict()).model_input()["filter"] == (
+    assert RuleFormValues.from_rule(RULES[1].to_json_dict()).model_input()["filter"] == (
         '{"field": "paymentType", "op": "IN", "value": ["CSH"]}'
     )
 

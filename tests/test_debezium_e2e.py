@@ -21,14 +21,13 @@ import datetime as dt
 import json
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
-from debezium_support import connector, own_database, topic_records
+from debezium_support import cdc_settings, own_database, running_connector, topic_records
 from engine_fixtures import json_line
 from polling import wait_for
 from pyspark.sql import SparkSession
@@ -41,7 +40,6 @@ from delta_tables.rules import RULE_CONTENT_COLUMNS
 from pipelines.connect_worker import ConnectWorker
 from pipelines.engine.job import EngineRun, start_engine
 from pipelines.kafka_broker import KafkaBroker
-from pipelines.kafka_clients import ensure_topics
 from pipelines.rules_job import start_rules_job
 from pipelines.rulesdb import RulesDb
 from pipelines.settings import REPO_ROOT, Settings
@@ -82,34 +80,20 @@ def stack(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Stack]:
     folder = tmp_path_factory.mktemp("debezium-e2e")
-    suffix = uuid.uuid4().hex[:8]
-    topics = base_settings.kafka.topics.model_copy(update={"rules": f"e2e-rules-{suffix}"})
-    kafka = base_settings.kafka.model_copy(update={"bootstrap_servers": kafka_broker.bootstrap, "topics": topics})
-    settings = base_settings.with_lakehouse(str(folder / "lakehouse")).model_copy(
-        update={
-            "kafka": kafka,
-            "engine": base_settings.engine.model_copy(
-                update={"trigger_interval_seconds": 1, "allowed_lateness_seconds": 3600}
-            ),
-        }
-    )
+    settings = cdc_settings(base_settings, folder, bootstrap=kafka_broker.bootstrap, rules_topic="e2e-rules")
     db = own_database(rulesdb, "fraudlake_e2e")
     samples = json.loads((REPO_ROOT / "conf" / "sample_rules.json").read_text())
     db.upsert_rules(parse_rule(r, settings.transaction_schema) for r in samples)  # before the connector: a snapshot
-    ensure_topics(settings, [topics.rules])
-    config = connector(settings, db, name="e2e-rules", topic=topics.rules)
-    connect_worker.add_connector(config)
-    ensure_rules_tables(spark, settings)
-    result = Stack(settings, db, connect_worker, config, kafka_broker.bootstrap, spark, write_conf(settings, folder))
-    result.queries.append(start_rules_job(spark, settings, source="kafka", once=False))
-    try:
-        yield result
-    finally:
-        for query in result.queries:
-            query.stop()
-        if connect_worker.answers():
-            connect_worker.remove_connector(str(config["name"]))
-        db.drop_slot(str(config["config"]["slot.name"]))
+    with running_connector(connect_worker, settings, db, name="e2e-rules") as config:
+        ensure_rules_tables(spark, settings)
+        conf = write_conf(settings, folder)
+        result = Stack(settings, db, connect_worker, config, kafka_broker.bootstrap, spark, conf)
+        result.queries.append(start_rules_job(spark, settings, source="kafka", once=False))
+        try:
+            yield result
+        finally:
+            for query in result.queries:
+                query.stop()
 
 
 # ---- the lake against the database ---------------------------------------------------------------------------
