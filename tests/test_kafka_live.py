@@ -19,6 +19,7 @@ Example::
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 import time
@@ -297,6 +298,11 @@ def test_rules_and_transactions_live_through_kafka(
     print("\n".join(["", *progress, out, f"live test: {elapsed:.0f} s from start to the last alert on Kafka"]))
 
 
+def _iso(epoch_ms: int) -> str:
+    """A timestamp as the alert JSON has it (``2025-03-01T10:41:59.000Z``)."""
+    return dt.datetime.fromtimestamp(epoch_ms / 1000, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 def alert_record(rule_id: int, tx: str, *, ingested: str, value: str = "12.000000") -> dict[str, Any]:
     """An alert as the engine writes it to the topic (``alert_rows.alert_json``: the export fields)."""
     return {
@@ -329,12 +335,17 @@ def test_alerts_tail_prints_each_alert_once(
     monkeypatch.delenv("FRAUDLAKE_KAFKA_BOOTSTRAP", raising=False)
     settings = live_settings(settings, kafka_broker)
     ensure_topics(settings, [settings.kafka.topics.alerts])
-    ingested_ms = 1_740_825_719_000  # 2025-03-01T10:41:59.000Z
+    # Record times of a minute ago, not of the alerts' own (2025) day: the broker rolls a new log segment when a
+    # batch is over 7 days newer than a segment's first record (the producer sends the first record alone, the junk
+    # one is stamped now), and its retention check (every 5 minutes) deletes a segment whose records are all older
+    # than the topic's 7 days; "from the beginning" then starts at offset 1 (the CLI tail once printed 9.0 s).
+    ingested_ms = (int(time.time()) - 60) * 1000
+    ingested, half_later = _iso(ingested_ms), _iso(ingested_ms + 500)
     sent = [
-        (alert_record(5, "tx-a", ingested="2025-03-01T10:41:59.000Z", value="14.000000"), ingested_ms + 3100),
-        (alert_record(5, "tx-a", ingested="2025-03-01T10:41:59.000Z", value="14.000000"), ingested_ms + 9000),
-        (alert_record(2, "tx-b", ingested="2025-03-01T10:41:59.000Z"), ingested_ms + 3300),
-        (alert_record(5, "tx-c", ingested="2025-03-01T10:41:59.500Z"), ingested_ms + 4700),
+        (alert_record(5, "tx-a", ingested=ingested, value="14.000000"), ingested_ms + 3100),
+        (alert_record(5, "tx-a", ingested=ingested, value="14.000000"), ingested_ms + 9000),
+        (alert_record(2, "tx-b", ingested=ingested), ingested_ms + 3300),
+        (alert_record(5, "tx-c", ingested=half_later), ingested_ms + 4700),
     ]
     producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap)
     for alert, timestamp_ms in sent:  # one partition: the order is the send order
