@@ -29,26 +29,16 @@ from typing import Any
 
 from pipelines.local_process import read_pid, start_daemon, stop_daemon, wait_until
 from pipelines.ports import port_open
-from pipelines.runtime_env import SetupMissingError, ensure_java_home, jars_dir
+from pipelines.runtime_env import SetupMissingError, ensure_java_home, jars_dir, log4j2_config
 from pipelines.settings import Settings
 
-_LOG4J2 = """\
-<?xml version="1.0" encoding="UTF-8"?>
-<Configuration status="WARN">
-  <Appenders>
-    <File name="file" fileName="{log_file}">
-      <PatternLayout pattern="[%d] %p %m (%c)%n"/>
-    </File>
-  </Appenders>
-  <Loggers>
-    <Logger name="io.debezium" level="INFO"/>
-    <Logger name="org.apache.kafka.connect" level="INFO"/>
-    <Logger name="org.apache.kafka.clients" level="WARN"/>
-    <Logger name="org.reflections" level="ERROR"/>
-    <Root level="WARN"><AppenderRef ref="file"/></Root>
-  </Loggers>
-</Configuration>
-"""
+_LOG_LEVELS = {
+    "io.debezium": "INFO",
+    "org.apache.kafka.connect": "INFO",
+    "org.apache.kafka.clients": "WARN",
+    "org.reflections": "ERROR",
+}
+"""Logger levels of the daemon's log file (the rest: WARN and up)."""
 
 
 class ConnectError(RuntimeError):
@@ -158,7 +148,7 @@ class ConnectWorker:
             raise ConnectError(f"port {self.rest_port} is taken by another process; set connect.rest_port in conf")
         self.data_dir.mkdir(parents=True, exist_ok=True)
         (self.data_dir / "worker.properties").write_text(self.worker_properties())
-        (self.data_dir / "log4j2.xml").write_text(_LOG4J2.format(log_file=self.log_file))
+        (self.data_dir / "log4j2.xml").write_text(log4j2_config(self.log_file, _LOG_LEVELS))
         files = []
         for connector in connectors:
             path = self.data_dir / f"connector-{connector['name']}.json"

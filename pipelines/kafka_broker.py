@@ -26,24 +26,11 @@ from pathlib import Path
 
 from pipelines.local_process import read_pid, start_daemon, stop_daemon, wait_until
 from pipelines.ports import free_port, port_open
-from pipelines.runtime_env import ensure_java_home, jar_files, jars_dir
+from pipelines.runtime_env import ensure_java_home, jar_files, jars_dir, log4j2_config
 from pipelines.settings import Settings
 
-_LOG4J2 = """\
-<?xml version="1.0" encoding="UTF-8"?>
-<Configuration status="WARN">
-  <Appenders>
-    <File name="file" fileName="{log_file}">
-      <PatternLayout pattern="[%d] %p %m (%c)%n"/>
-    </File>
-  </Appenders>
-  <Loggers>
-    <Logger name="kafka" level="INFO"/>
-    <Logger name="org.apache.kafka" level="WARN"/>
-    <Root level="WARN"><AppenderRef ref="file"/></Root>
-  </Loggers>
-</Configuration>
-"""
+_LOG_LEVELS = {"kafka": "INFO", "org.apache.kafka": "WARN"}
+"""Logger levels of the daemon's log file (the rest: WARN and up)."""
 
 
 class BrokerError(RuntimeError):
@@ -176,7 +163,7 @@ class KafkaBroker:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         config = self.data_dir / "server.properties"
         config.write_text(self._properties())
-        (self.data_dir / "log4j2.xml").write_text(_LOG4J2.format(log_file=self.log_file))
+        (self.data_dir / "log4j2.xml").write_text(log4j2_config(self.log_file, _LOG_LEVELS))
         self._format_storage(config)
         process = start_daemon(
             [*self._java(), "kafka.Kafka", str(config)], pid_file=self._pid_file, output=self.data_dir / "stdout.log"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -13,6 +14,21 @@ _JDK17_CANDIDATES = (
     "/usr/lib/jvm/java-17-openjdk",
     "/usr/lib/jvm/temurin-17-jdk-amd64",
 )
+
+
+_LOG4J2 = """\
+<?xml version="1.0" encoding="UTF-8"?>
+<Configuration status="WARN">
+  <Appenders>
+    <File name="file" fileName="{log_file}">
+      <PatternLayout pattern="[%d] %p %m (%c)%n"/>
+    </File>
+  </Appenders>
+  <Loggers>
+{loggers}    <Root level="WARN"><AppenderRef ref="file"/></Root>
+  </Loggers>
+</Configuration>
+"""
 
 
 class SetupMissingError(RuntimeError):
@@ -46,3 +62,10 @@ def jar_files(side: str) -> list[Path]:
     if not jars:
         raise SetupMissingError(f"no jars in {folder}: run `make setup` (copies them from Maven Central)")
     return jars
+
+
+def log4j2_config(log_file: Path, levels: Mapping[str, str]) -> str:
+    """A ``log4j2.xml`` for a JVM daemon of ours: everything to ``log_file``, WARN and up unless ``levels`` (logger
+    name -> level) says otherwise."""
+    loggers = "".join(f'    <Logger name="{name}" level="{level}"/>\n' for name, level in levels.items())
+    return _LOG4J2.format(log_file=log_file, loggers=loggers)
