@@ -23,12 +23,17 @@ from pipelines.settings import load_settings
 from pipelines.spark_session import get_spark
 
 ROWS_PER_BATCH = 30
+# The executors live for one short scenario: C1-compiled code is ready sooner, and the C2 compiler threads of four
+# JVMs on two cores would compete with the tasks (measured: 88 -> 65 s for the driver's work). Semantics unchanged.
+SHORT_LIVED_JVM = "-XX:TieredStopAtLevel=1"
 
 
 def main(conf: str, lakehouse: str, seed: int, batches: int, result: Path) -> None:
     started = time.monotonic()
     case = scenario(seed, batches=batches, rows_per_batch=ROWS_PER_BATCH)
     settings = scenario_settings(load_settings(conf), case, lakehouse)
+    extra = {**settings.spark.extra_conf, "spark.executor.extraJavaOptions": SHORT_LIVED_JVM}
+    settings = settings.model_copy(update={"spark": settings.spark.model_copy(update={"extra_conf": extra})})
     spark = get_spark(settings, app_name=f"fraudlake-cluster-contract-{seed}")
     context = spark.sparkContext
     deadline = time.monotonic() + 120

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +17,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from pipelines.connect_worker import ConnectWorker
-from pipelines.kafka_broker import KafkaBroker
+from pipelines.kafka_broker import KafkaBroker, started_broker
+from pipelines.ports import free_port
 from pipelines.rulesdb import RulesDb
 from pipelines.runtime_env import JARS_ENV, ensure_java_home
 from pipelines.settings import Settings, SparkSettings, load_settings
@@ -106,13 +106,6 @@ def isolated_environment(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.setenv(name, value)
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="session")
 def base_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     work = tmp_path_factory.mktemp("work")
@@ -143,10 +136,8 @@ def spark(base_settings: Settings) -> Iterator[SparkSession]:
 def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
     """A real single-node KRaft broker on 127.0.0.1, started once for the session and stopped after."""
     # Free ports, so that two test sessions on one machine never share a broker.
-    broker = KafkaBroker(data_dir=tmp_path_factory.mktemp("kafka"), port=_free_port(), controller_port=_free_port())
-    broker.start()
-    yield broker
-    broker.stop()
+    with started_broker(tmp_path_factory.mktemp("kafka")) as broker:
+        yield broker
 
 
 @pytest.fixture(scope="session")
@@ -157,7 +148,7 @@ def rulesdb() -> Iterator[RulesDb]:
     the ``postgres`` user, who must reach the folder. Stopped and removed after the session."""
     folder = Path(tempfile.mkdtemp(prefix="fraudlake-rulesdb-"))
     folder.chmod(0o755)
-    db = RulesDb(data_dir=folder / "db", port=_free_port())
+    db = RulesDb(data_dir=folder / "db", port=free_port())
     try:
         db.start()
         yield db
@@ -172,7 +163,7 @@ def connect_worker(kafka_broker: KafkaBroker, tmp_path_factory: pytest.TempPathF
 
     Started without connectors: tests add theirs (``add_connector``) or restart it with them (``start``)."""
     worker = ConnectWorker(
-        data_dir=tmp_path_factory.mktemp("connect"), bootstrap=kafka_broker.bootstrap, rest_port=_free_port()
+        data_dir=tmp_path_factory.mktemp("connect"), bootstrap=kafka_broker.bootstrap, rest_port=free_port()
     )
     try:
         worker.start()

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import _free_port
+from cluster_driver import SHORT_LIVED_JVM
 from contract_scenarios import scenario
 from engine_fixtures import alerts_by_id
 from pyspark.sql import SparkSession
@@ -26,6 +26,7 @@ from rules_cdc_support import write_conf
 
 from pipelines.cli import main
 from pipelines.engine.keys import encode_key
+from pipelines.ports import free_port
 from pipelines.settings import REPO_ROOT, Settings
 
 pytestmark = pytest.mark.cluster
@@ -38,7 +39,7 @@ def test_the_contract_scenario_on_a_standalone_cluster(
     started = time.monotonic()
     base = settings.model_copy(update={"work_dir": str(tmp_path / "work")})
     conf = write_conf(base, tmp_path)
-    ports = ["--port", str(_free_port()), "--ui-port", str(_free_port())]
+    ports = ["--port", str(free_port()), "--ui-port", str(free_port())]
     cli = ["--conf", str(conf), "--lakehouse", settings.lakehouse_root, *ports]
     cluster_dir = tmp_path / "work" / "cluster"
     try:
@@ -48,7 +49,8 @@ def test_the_contract_scenario_on_a_standalone_cluster(
         result = tmp_path / "result.json"
         driver = [sys.executable, str(REPO_ROOT / "tests" / "cluster_driver.py"), str(cluster_dir / "conf.yaml")]
         driver += [settings.lakehouse_root, str(SEED), str(BATCHES), str(result)]
-        env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+        # The driver's JVM is as short-lived as the executors (tests/cluster_driver.py): C1 only, there too.
+        env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "JDK_JAVA_OPTIONS": SHORT_LIVED_JVM}
         run = subprocess.run(driver, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
         assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-5000:]
     finally:

@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import _free_port
 from engine_fixtures import alerts_by_id, json_line, make_rule, put_rules
 from kafka import KafkaProducer
 from pyspark.sql import SparkSession
@@ -40,7 +39,7 @@ from rules_cdc_support import write_conf
 from delta_tables.catalog import init_lakehouse
 from pipelines.engine.job import STOP_GRACE_SECONDS, STOP_TIMEOUT_SECONDS, EngineRun, run_engine
 from pipelines.engine.keys import encode_key
-from pipelines.kafka_broker import KafkaBroker
+from pipelines.kafka_broker import KafkaBroker, started_broker
 from pipelines.settings import REPO_ROOT, Settings
 
 pytestmark = pytest.mark.subprocess
@@ -184,12 +183,8 @@ def test_sigterm_on_an_engine_that_is_behind(
 
 @pytest.fixture
 def own_broker(tmp_path: Path) -> Iterator[KafkaBroker]:
-    broker = KafkaBroker(data_dir=tmp_path / "kafka", port=_free_port(), controller_port=_free_port(), heap="256m")
-    broker.start()
-    try:
+    with started_broker(tmp_path / "kafka", heap="256m") as broker:
         yield broker
-    finally:
-        broker.stop()
 
 
 @pytest.mark.kafka
