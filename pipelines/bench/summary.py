@@ -41,7 +41,8 @@ PROFILE_NOTES: list[str] = [
     " (3) One commit tag per write in `commitInfo.userMetadata` replaces the ledger table and the txnAppId"
     " snapshot job; no-op writes are skipped; counts come from the cached parse, not extra actions: ~12"
     " executions and 3 commits per batch without alerts. Together: 2,000-row batches 15.6 s -> ~2.1 s (1.7x the"
-    " append+MERGE floor), 50,000 rows 22.9 s -> ~3.7 s (2.7x the floor; >13,000 tx/s), p50 alert latency at"
+    " append+MERGE floor), 50,000 rows 22.9 s -> ~3.7 s"
+    " (2.7-3.3x the floor across runs: not within 2x; >13,000 tx/s), p50 alert latency at"
     " 2,000 tx/s under 3 s (the tables above have this run's figures).",
     "What is left at 50,000 rows (profile of the evaluation stage, ~8.5 s of task time of ~14 s per batch): the"
     " range join of the probes with the cached tiles (~700,000 rows at a 1-hour window) and the range"
