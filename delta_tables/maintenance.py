@@ -29,6 +29,7 @@ from delta_tables.catalog import all_tables
 from delta_tables.table_spec import RETENTION_PROPERTY, retention_interval
 from pipelines.runtime_env import on_databricks
 from pipelines.settings import Settings
+from pipelines.spark_session import session_confs
 
 _LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
 
@@ -56,15 +57,8 @@ def _listing_parallelism(spark: SparkSession, parallelism: int) -> Iterator[None
     if on_databricks():
         yield
         return
-    previous = spark.conf.get(_LISTING_PARALLELISM, None)
-    spark.conf.set(_LISTING_PARALLELISM, str(parallelism))
-    try:
+    with session_confs(spark, {_LISTING_PARALLELISM: str(parallelism)}):
         yield
-    finally:
-        if previous is None:
-            spark.conf.unset(_LISTING_PARALLELISM)
-        else:
-            spark.conf.set(_LISTING_PARALLELISM, previous)
 
 
 def vacuum_table(spark: SparkSession, path: str, retention_hours: int, *, parallelism: int = 8) -> bool:

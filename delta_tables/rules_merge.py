@@ -10,8 +10,6 @@ Example::
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 from delta.tables import DeltaTable
@@ -19,6 +17,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from delta_tables.rules import RULE_CONTENT_COLUMNS, RULES_SCHEMA
+from pipelines.spark_session import session_confs
 
 TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
@@ -118,15 +117,3 @@ def _txn_confs(txn: tuple[str, int] | None) -> dict[str, str]:
         return {}
     app_id, version = txn
     return {TXN_APP_ID_CONF: app_id, TXN_VERSION_CONF: str(version)}
-
-
-@contextmanager
-def session_confs(spark: SparkSession, confs: dict[str, str]) -> Iterator[None]:
-    """Set SQL confs for the duration of one write, and unset them after (also on failure)."""
-    for key, value in confs.items():
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key in confs:
-            spark.conf.unset(key)

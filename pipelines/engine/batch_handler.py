@@ -70,6 +70,7 @@ from pipelines.engine.units import (
     tiles_to_table,
 )
 from pipelines.settings import Settings
+from pipelines.spark_session import session_confs
 
 log = logging.getLogger(__name__)
 AUTO_COMPACT_CONF = "spark.databricks.delta.autoCompact.enabled"
@@ -207,7 +208,8 @@ class BatchHandler:
 
     def _attempt(self, batch: DataFrame, batch_id: int) -> dict[str, int]:
         try:
-            return self._process(batch, batch_id)
+            with session_confs(batch.sparkSession, self._batch_confs(batch.sparkSession, batch_id)):
+                return self._process(batch, batch_id)
         except BaseException:
             # Whatever failed, the next call must recover from the tables, and reload what it reads.
             self._previous = None
@@ -225,21 +227,6 @@ class BatchHandler:
             return {}
         previous = self._previous if continuing else previous_batch(spark, self.paths.batch_log, app, batch_id)
         m_before = attempt.pins.m_before if attempt.pins else (previous or {}).get("maxEventTimeMs")
-        # Delta's auto compaction runs synchronously after a commit: keep it off the hot path, on for the
-        # batches that run retention (every retention_every_batches).
-        spark.conf.set(
-            AUTO_COMPACT_CONF, str(retention_due(batch_id, self.settings.engine.retention_every_batches)).lower()
-        )
-        # One layout for every keyed frame of the batch and the cached state: hash partitions by (state, key), so
-        # the evaluation's joins and aggregations need no shuffle but the probes' (``buckets.co_partitioned``).
-        self._layout = self._layout or self.settings.engine.state_partitions or spark.sparkContext.defaultParallelism
-        spark.conf.set(SHUFFLE_PARTITIONS_CONF, str(self._layout))
-        spark.conf.set(CO_PARTITION_CONF, "false")
-        # Overflow must fail, not wrap or turn null: the units arithmetic relies on it (``process``).
-        spark.conf.set(ANSI_CONF, "true")
-        # Adaptive execution plans one stage at a time, after the one before it finished: for a micro-batch's
-        # small, well-sized shuffles that doubles the stages (44 -> 24 per batch) for nothing to adapt.
-        spark.conf.set(ADAPTIVE_CONF, "false")
         started = _utcnow()
         lateness_ms = self.settings.engine.allowed_lateness_seconds * 1000
         # The batch's constants come in as a one-row frame, not as literals: a literal number is compiled into the
@@ -336,6 +323,26 @@ class BatchHandler:
             state=table_version(spark, paths.bucket_state), cooldown=table_version(spark, paths.alert_cooldown)
         )
         return ready, states
+
+    def _batch_confs(self, spark: SparkSession, batch_id: int) -> dict[str, str]:
+        """The session confs a batch runs with, set for the attempt and put back after it (``session_confs``): a
+        handler called on a shared session (a notebook's, the tests') leaves it as it found it. In a streaming
+        query the batch's session is the query's own clone anyway."""
+        # One layout for every keyed frame of the batch and the cached state: hash partitions by (state, key), so
+        # the evaluation's joins and aggregations need no shuffle but the probes' (``buckets.co_partitioned``).
+        self._layout = self._layout or self.settings.engine.state_partitions or spark.sparkContext.defaultParallelism
+        return {
+            # Delta's auto compaction runs synchronously after a commit: off on the hot path, on for the batches
+            # that run retention (every retention_every_batches).
+            AUTO_COMPACT_CONF: str(retention_due(batch_id, self.settings.engine.retention_every_batches)).lower(),
+            SHUFFLE_PARTITIONS_CONF: str(self._layout),
+            CO_PARTITION_CONF: "false",
+            # Overflow must fail, not wrap or turn null: the units arithmetic relies on it (``process``).
+            ANSI_CONF: "true",
+            # Adaptive execution plans one stage at a time, after the one before it finished: for a micro-batch's
+            # small, well-sized shuffles that doubles the stages (44 -> 24 per batch) for nothing to adapt.
+            ADAPTIVE_CONF: "false",
+        }
 
     def _partitions(self) -> int:
         if self._layout is None:
