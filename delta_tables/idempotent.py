@@ -29,6 +29,8 @@ from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from pipelines.spark_session import session_confs
+
 USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 _MARK = '{"fraudlake":1,'
 
@@ -90,18 +92,12 @@ def overwrite_tagged(frame: DataFrame, path: str, tag: CommitTag | None) -> None
 
 @contextmanager
 def tagged_dml(spark: SparkSession, tag: CommitTag | None) -> Iterator[None]:
-    """Tag the DML statements run inside (DELETE, UPDATE, MERGE) with ``tag`` (a session conf, unset after).
+    """Tag the DML statements run inside (DELETE, UPDATE, MERGE) with ``tag`` (a session conf, put back after).
 
     Run them on one thread: the conf is session-wide. Appends set their own writer option, which Delta prefers.
     """
-    if tag is None:
+    with session_confs(spark, {USER_METADATA_CONF: tag.to_json()} if tag else {}):
         yield
-        return
-    spark.conf.set(USER_METADATA_CONF, tag.to_json())
-    try:
-        yield
-    finally:
-        spark.conf.unset(USER_METADATA_CONF)
 
 
 def table_version(spark: SparkSession, path: str) -> int:
