@@ -19,7 +19,7 @@ from pyspark.sql.types import (
 
 from delta_tables.table_spec import TableSpec
 from delta_tables.transaction_types import transaction_struct
-from pipelines.settings import TransactionSchema
+from pipelines.base.settings import TransactionSchema
 
 SYSTEM_FIELDS = StructType(
     [

@@ -21,7 +21,7 @@ from delta_tables.rule_changes import RULE_CHANGES
 from delta_tables.rule_states import RULE_STATES
 from delta_tables.rules import RULES
 from delta_tables.table_spec import TableSpec, create_table, file_retention
-from pipelines.settings import Settings
+from pipelines.base.settings import Settings
 
 
 def all_tables(settings: Settings) -> list[TableSpec]:

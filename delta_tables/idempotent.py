@@ -29,7 +29,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from pipelines.spark_session import session_confs
+from pipelines.base.spark_session import session_confs
 
 USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 _MARK = '{"fraudlake":1,'

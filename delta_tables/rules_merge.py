@@ -17,7 +17,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from delta_tables.rules import RULE_CONTENT_COLUMNS, RULES_SCHEMA
-from pipelines.spark_session import session_confs
+from pipelines.base.spark_session import session_confs
 
 TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"

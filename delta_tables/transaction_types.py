@@ -18,7 +18,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from pipelines.settings import TransactionSchema
+from pipelines.base.settings import TransactionSchema
 
 _DECIMAL = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
 _SIMPLE: dict[str, DataType] = {

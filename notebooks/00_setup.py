@@ -10,7 +10,7 @@
 
 # COMMAND ----------
 
-from pipelines.notebook_support import declare_settings_widgets, lakehouse_overview, settings_from_widgets
+from pipelines.notebook_tools.widgets import declare_settings_widgets, lakehouse_overview, settings_from_widgets
 
 declare_settings_widgets(dbutils)
 

@@ -17,7 +17,7 @@
 # COMMAND ----------
 
 from pipelines.engine.sources import SOURCES
-from pipelines.notebook_support import declare_settings_widgets, settings_from_widgets, widget_flag
+from pipelines.notebook_tools.widgets import declare_settings_widgets, settings_from_widgets, widget_flag
 
 declare_settings_widgets(dbutils)
 dbutils.widgets.dropdown("source", "files", list(SOURCES), "Source of transactions")
@@ -61,6 +61,6 @@ display(batches.orderBy(F.col("finishedAt").desc()).select("job", "batchId", "du
 
 # COMMAND ----------
 
-from pipelines.engine.summary import engine_summary, format_summary
+from pipelines.engine.run_summary import engine_summary, format_summary
 
 print(format_summary(engine_summary(spark, settings)))

@@ -15,7 +15,7 @@
 # COMMAND ----------
 
 from pipelines.dashboard.aggregates import GRAINS
-from pipelines.notebook_support import declare_settings_widgets, settings_from_widgets
+from pipelines.notebook_tools.widgets import declare_settings_widgets, settings_from_widgets
 
 declare_settings_widgets(dbutils)
 dbutils.widgets.text("output_dir", "", "Output folder for the PNGs (blank: <lakehouse>/_reports/dashboard)")

@@ -12,7 +12,7 @@
 
 # COMMAND ----------
 
-from pipelines.notebook_support import declare_settings_widgets, settings_from_widgets, widget_flag
+from pipelines.notebook_tools.widgets import declare_settings_widgets, settings_from_widgets, widget_flag
 
 declare_settings_widgets(dbutils)
 dbutils.widgets.text("tables", "", "Tables (comma-separated; blank = all)")

@@ -18,7 +18,7 @@
 
 # COMMAND ----------
 
-from pipelines.notebook_support import declare_settings_widgets, settings_from_widgets
+from pipelines.notebook_tools.widgets import declare_settings_widgets, settings_from_widgets
 from rules_cdc.manage import seed_rule_text
 
 declare_settings_widgets(dbutils)

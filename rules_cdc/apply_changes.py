@@ -35,10 +35,10 @@ from delta_tables.rule_changes import RULE_CHANGES, RULE_CHANGES_SCHEMA
 from delta_tables.rules import RULES
 from delta_tables.rules_merge import commit_tag, find_commit, merge_rules, rules_frame
 from delta_tables.table_spec import create_table, file_retention
-from pipelines.settings import Settings
+from pipelines.base.settings import Settings
 from rules_cdc.parse_events import ParsedBatch, RawRecord, Rejected, parse_records
 from rules_cdc.plan_changes import BatchPlan, TableView, Watermark, plan_batch
-from rules_cdc.rules_table import LIVE_STATES, TRUNCATE_MARKER_ID
+from rules_cdc.rule_rows import LIVE_STATES, TRUNCATE_MARKER_ID
 
 log = logging.getLogger(__name__)
 

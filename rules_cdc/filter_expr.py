@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapt
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
-from pipelines.settings import TransactionSchema
+from pipelines.base.settings import TransactionSchema
 
 MAX_FILTER_DEPTH = 16
 MAX_FILTER_LEAVES = 256

@@ -24,7 +24,7 @@ from typing import Any, Literal, TypeVar
 from pyspark.sql import SparkSession
 
 from delta_tables.rules import RULES
-from pipelines.settings import REPO_ROOT, Settings, resolve_conf_path
+from pipelines.base.settings import REPO_ROOT, Settings, resolve_conf_path
 from rules_cdc.apply_changes import ApplyResult, apply_records, ensure_rules_tables, read_view
 from rules_cdc.parse_events import RawRecord
 from rules_cdc.publisher import PublishRefused, edit_events, publish

@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from pipelines.settings import TransactionSchema
+from pipelines.base.settings import TransactionSchema
 from rules_cdc.envelope import EnvelopeError, Op, read_envelope
 from rules_cdc.rule_model import Rule, RuleState, RuleValidationError, parse_rule
-from rules_cdc.rules_table import TRUNCATE_MARKER_ID
+from rules_cdc.rule_rows import TRUNCATE_MARKER_ID
 from rules_cdc.source_position import PositionError, position_of
 
 _ID_COLUMNS = ("rule_id", "ruleId")

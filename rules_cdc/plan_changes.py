@@ -31,7 +31,7 @@ from typing import Any
 from rules_cdc.envelope import Op
 from rules_cdc.parse_events import ChangeEvent, row_json
 from rules_cdc.rule_model import RuleState
-from rules_cdc.rules_table import RULE_FIELDS, TRUNCATE_MARKER_ID, rule_to_row, tombstone_row
+from rules_cdc.rule_rows import RULE_FIELDS, TRUNCATE_MARKER_ID, rule_to_row, tombstone_row
 from rules_cdc.source_position import kind_of
 
 

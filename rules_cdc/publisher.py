@@ -19,13 +19,13 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from pipelines.kafka_clients import ensure_topics, python_client_config
-from pipelines.rulesdb import rule_row
-from pipelines.settings import Settings
+from pipelines.base.kafka_clients import ensure_topics, python_client_config
+from pipelines.base.settings import Settings
+from pipelines.local.rules_database import rule_row
 from rules_cdc.envelope import Op
 from rules_cdc.plan_changes import TableView
 from rules_cdc.rule_model import Rule, RuleState
-from rules_cdc.rules_table import rule_from_row
+from rules_cdc.rule_rows import rule_from_row
 from rules_cdc.source_position import CLI_CONNECTOR, PositionError, cli_position
 
 _lock = threading.Lock()

@@ -22,9 +22,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from delta_tables.quarantine import QUARANTINE
-from pipelines.settings import Settings
+from pipelines.base.settings import Settings
 from rules_cdc.apply_changes import QUARANTINE_SOURCE, read_view
-from rules_cdc.rules_table import TRUNCATE_MARKER_ID
+from rules_cdc.rule_rows import TRUNCATE_MARKER_ID
 from rules_cdc.source_position import PositionError, position_of
 
 MAX_LISTED = 1000

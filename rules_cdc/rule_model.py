@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from pipelines.settings import TransactionSchema
+from pipelines.base.settings import TransactionSchema
 from rules_cdc.filter_expr import All, AnyOf, Leaf, Not, check_filter, filter_to_json, parse_filter
 
 MAX_WINDOW_MINUTES = 43_200  # 30 days

@@ -21,9 +21,9 @@ from pyspark.sql import functions as F
 
 from delta_tables.rule_changes import RULE_CHANGES
 from delta_tables.rules import RULES
-from pipelines.settings import Settings
+from pipelines.base.settings import Settings
 from rules_cdc.rule_model import Rule, RuleState
-from rules_cdc.rules_table import LIVE_STATES, RULE_FIELDS, TRUNCATE_MARKER_ID, rule_from_row
+from rules_cdc.rule_rows import LIVE_STATES, RULE_FIELDS, TRUNCATE_MARKER_ID, rule_from_row
 
 _VERSION = re.compile(r"^\d+$")
 

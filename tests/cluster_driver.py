@@ -18,9 +18,9 @@ from contract_scenarios import put_batch_rules, scenario, scenario_settings
 from engine_fixtures import raw_frame
 
 from delta_tables.catalog import init_lakehouse
+from pipelines.base.settings import load_settings
+from pipelines.base.spark_session import get_spark
 from pipelines.engine.batch_handler import BatchHandler
-from pipelines.settings import load_settings
-from pipelines.spark_session import get_spark
 
 ROWS_PER_BATCH = 30
 # The executors live for one short scenario: C1-compiled code is ready sooner, and the C2 compiler threads of four

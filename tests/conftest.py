@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from pipelines.connect_worker import ConnectWorker
-from pipelines.kafka_broker import KafkaBroker, started_broker
-from pipelines.ports import free_port
-from pipelines.rulesdb import RulesDb
-from pipelines.runtime_env import JARS_ENV, ensure_java_home
-from pipelines.settings import Settings, SparkSettings, load_settings
-from pipelines.spark_session import get_spark
+from pipelines.base.runtime_env import JARS_ENV, ensure_java_home
+from pipelines.base.settings import Settings, SparkSettings, load_settings
+from pipelines.base.spark_session import get_spark
+from pipelines.local.connect_worker import ConnectWorker
+from pipelines.local.kafka_broker import KafkaBroker, started_broker
+from pipelines.local.ports import free_port
+from pipelines.local.rules_database import RulesDb
 
 SUITE_KNOBS = frozenset(
     {

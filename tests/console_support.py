@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from pipelines.base.settings import REPO_ROOT, Settings
 from pipelines.console.app import create_app
 from pipelines.console.context import ConsoleContext
 from pipelines.console.rule_writes import RuleWriter
 from pipelines.console.server import ConsoleServer
-from pipelines.settings import REPO_ROOT, Settings
 
 CHROMIUM_ENV = "FRAUDLAKE_CHROMIUM"
 SCREENSHOTS = REPO_ROOT / "docs" / "console"

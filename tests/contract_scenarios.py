@@ -25,9 +25,9 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from delta_tables.rules_seed import put_rule_rows
-from pipelines.settings import Settings, TransactionField
+from pipelines.base.settings import Settings, TransactionField
 from rules_cdc.rule_model import COUNT_FIELD, Rule, RuleState
-from rules_cdc.rules_table import rule_to_row, tombstone_row
+from rules_cdc.rule_rows import rule_to_row, tombstone_row
 
 MIN = 60_000
 T0 = 1_700_006_400_000  # a UTC midnight: day tiles start here

@@ -13,11 +13,11 @@ from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
 
-from pipelines.connect_worker import ConnectWorker
-from pipelines.debezium_config import connector_config
-from pipelines.kafka_clients import ensure_topics
-from pipelines.rulesdb import RulesDb
-from pipelines.settings import Settings
+from pipelines.base.kafka_clients import ensure_topics
+from pipelines.base.settings import Settings
+from pipelines.local.connect_worker import ConnectWorker
+from pipelines.local.debezium_config import connector_config
+from pipelines.local.rules_database import RulesDb
 
 
 def own_database(rulesdb: RulesDb, name: str) -> RulesDb:

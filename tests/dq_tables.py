@@ -2,7 +2,7 @@
 
 Rows are written with the real table schemas, read from delta_tables at run time: a column a row does not name
 gets null, or a neutral value when it is NOT NULL, so a column the engine adds later does not break the tests.
-Rules are written with ``rules_cdc.rules_table.rule_to_row``. Tests import it as ``from dq_tables import ...``.
+Rules are written with ``rules_cdc.rule_rows.rule_to_row``. Tests import it as ``from dq_tables import ...``.
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ from pyspark.sql.types import (
 
 from delta_tables.catalog import all_tables
 from delta_tables.table_spec import create_table
+from pipelines.base.settings import Settings
 from pipelines.data_quality.suites import TABLES
-from pipelines.settings import Settings
 from rules_cdc.rule_model import Rule, RuleState, parse_rule
-from rules_cdc.rules_table import rule_snapshot_json, rule_to_row
+from rules_cdc.rule_rows import rule_snapshot_json, rule_to_row
 
 BASE = dt.datetime(2024, 3, 1, 12, 0, 0)
 BASE_MS = int(BASE.replace(tzinfo=dt.UTC).timestamp() * 1000)

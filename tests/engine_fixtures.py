@@ -12,10 +12,10 @@ from pyspark.sql import functions as F
 
 from delta_tables.idempotent import table_version
 from delta_tables.rules_seed import put_rule_rows
+from pipelines.base.settings import Settings
 from pipelines.engine.parse_transactions import RAW_SCHEMA
-from pipelines.settings import Settings
 from rules_cdc.rule_model import Rule, RuleState
-from rules_cdc.rules_table import rule_to_row, tombstone_row
+from rules_cdc.rule_rows import rule_to_row, tombstone_row
 
 
 def make_rule(rule_id: int, **fields: Any) -> Rule:

@@ -20,7 +20,7 @@ import subprocess
 import time
 from collections.abc import Mapping, Sequence
 
-from pipelines.settings import REPO_ROOT
+from pipelines.base.settings import REPO_ROOT
 
 REPORT_ENV = "FRAUDLAKE_RELIABILITY_REPORT"
 

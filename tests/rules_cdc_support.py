@@ -10,8 +10,8 @@ import pytest
 import yaml
 from pyspark.sql import SparkSession
 
+from pipelines.base.settings import Settings, TransactionSchema
 from pipelines.cli import main
-from pipelines.settings import Settings, TransactionSchema
 from rules_cdc.envelope import Op
 from rules_cdc.parse_events import RawRecord
 from rules_cdc.publisher import cli_event

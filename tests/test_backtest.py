@@ -27,11 +27,11 @@ from rules_cdc_support import write_conf
 
 from delta_tables.catalog import all_tables, init_lakehouse
 from delta_tables.idempotent import table_version
+from pipelines.base.settings import Settings
 from pipelines.cli import main
 from pipelines.engine.backtest import BACKTEST_COLUMNS, backtest_per_day, backtest_rule, parse_instant_ms
 from pipelines.engine.keys import encode_key
 from pipelines.engine.parse_transactions import bronze_rows, flag_duplicates, parse_raw
-from pipelines.settings import Settings
 from rules_cdc.rule_model import Rule, RuleState
 
 MIN = 60_000

@@ -10,8 +10,10 @@ from pyspark.sql import SparkSession
 from reference_evaluator import RefBatch, evaluate
 
 from delta_tables.catalog import init_lakehouse
+from pipelines.base.settings import Settings
 from pipelines.bench.engine_runs import BacklogResult
 from pipelines.bench.floor import FloorResult
+from pipelines.bench.live_latency import LiveResult
 from pipelines.bench.per_event import PerEventHandler
 from pipelines.bench.report import Chart, Report, Table, write_report
 from pipelines.bench.scenarios import Plan, Results, merge
@@ -21,8 +23,6 @@ from pipelines.bench.summary import build_report
 from pipelines.bench.workload import Workload, transactions
 from pipelines.engine.batch_handler import BatchHandler
 from pipelines.engine.keys import encode_key
-from pipelines.live_latency import LiveResult
-from pipelines.settings import Settings
 
 MINUTE = 60_000
 

@@ -29,10 +29,10 @@ from reference_evaluator import RefBatch, evaluate
 from reliability_support import record_outcome
 
 from delta_tables.catalog import init_lakehouse
+from pipelines.base.settings import Settings
 from pipelines.engine.job import EngineRun, start_engine
 from pipelines.engine.keys import encode_key
-from pipelines.kafka_broker import KafkaBroker, started_broker
-from pipelines.settings import Settings
+from pipelines.local.kafka_broker import KafkaBroker, started_broker
 
 pytestmark = pytest.mark.kafka
 T0 = 1_700_006_400_000

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
+from pipelines.base.settings import KAFKA_BOOTSTRAP_ENV, REPO_ROOT, load_settings
 from pipelines.cli import build_parser
-from pipelines.settings import KAFKA_BOOTSTRAP_ENV, REPO_ROOT, load_settings
 
 BUNDLE = REPO_ROOT / "databricks.yml"
 _REFERENCE = re.compile(r"\$\{([a-zA-Z0-9_.]+)\}")

@@ -24,10 +24,10 @@ from pyspark.sql import SparkSession
 from reference_evaluator import RefBatch, evaluate
 from rules_cdc_support import write_conf
 
+from pipelines.base.settings import REPO_ROOT, Settings
 from pipelines.cli import main
 from pipelines.engine.keys import encode_key
-from pipelines.ports import free_port
-from pipelines.settings import REPO_ROOT, Settings
+from pipelines.local.ports import free_port
 
 pytestmark = pytest.mark.cluster
 SEED, BATCHES = 20261126, 3  # 60 s buckets, retention every batch, rules deleted, disabled and re-created

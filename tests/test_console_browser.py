@@ -31,17 +31,17 @@ from pyspark.sql import functions as F
 
 from delta_tables.batch_log import log_batch
 from delta_tables.catalog import init_lakehouse
-from pipelines.connect_worker import ConnectWorker
+from pipelines.base.rulesdb_settings import RulesDbSettings
+from pipelines.base.settings import Settings
 from pipelines.console.rule_form import RuleFormValues
 from pipelines.console.rule_writes import RulesDbWriter, TopicWriter, choose_writer
 from pipelines.console.server import ConsoleServer
 from pipelines.engine.job import EngineRun, start_engine
-from pipelines.kafka_broker import KafkaBroker
-from pipelines.rules_job import start_rules_job
-from pipelines.rulesdb import RulesDb
-from pipelines.rulesdb_settings import RulesDbSettings
-from pipelines.settings import Settings
+from pipelines.local.connect_worker import ConnectWorker
+from pipelines.local.kafka_broker import KafkaBroker
+from pipelines.local.rules_database import RulesDb
 from rules_cdc.rule_model import RuleValidationError, parse_rule
+from rules_cdc.streaming_job import start_rules_job
 
 RULE_ID, PAYER = 901, 4242
 WAIT_S = 240.0

@@ -22,6 +22,7 @@ from reference_evaluator import RefBatch, evaluate
 from delta_tables.batch_log import BATCH_LOG, log_batch
 from delta_tables.bronze_transactions import bronze_schema
 from delta_tables.table_spec import create_table
+from pipelines.base.settings import REPO_ROOT, Settings
 from pipelines.cli import build_parser
 from pipelines.console.evidence import window_evidence
 from pipelines.console.health_data import dq_report
@@ -30,8 +31,7 @@ from pipelines.console.rule_form import RuleFormValues
 from pipelines.console.rule_writes import EditRefused, RulesDbWriter, WriteFailed
 from pipelines.data_quality.report import default_report_path
 from pipelines.engine.keys import encode_key
-from pipelines.rulesdb import RulesDb
-from pipelines.settings import REPO_ROOT, Settings
+from pipelines.local.rules_database import RulesDb
 from rules_cdc.plan_changes import TableView
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)

@@ -16,6 +16,7 @@ from pyspark.sql import SparkSession
 
 from delta_tables.alerts import ALERTS, ALERTS_SCHEMA
 from delta_tables.table_spec import create_table
+from pipelines.base.settings import REPO_ROOT, Settings
 from pipelines.dashboard.aggregates import DashboardData, choose_grain, dashboard_data, read_alerts
 from pipelines.dashboard.charts import (
     NO_ALERTS,
@@ -29,8 +30,7 @@ from pipelines.dashboard.charts import (
     save_figures,
     top_keys_chart,
 )
-from pipelines.notebook_runner import NOTEBOOKS_DIR, run_notebook
-from pipelines.settings import REPO_ROOT, Settings
+from pipelines.notebook_tools.runner import NOTEBOOKS_DIR, run_notebook
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 CHARTS = ["alerts_over_time", "top_keys", "aggregate_vs_limit", "latency"]

@@ -19,12 +19,12 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from delta_tables.catalog import all_tables
+from pipelines.base.settings import REPO_ROOT, Settings, load_settings
 from pipelines.cli import main
 from pipelines.commands.dq_cmd import SUITE_TABLES
 from pipelines.data_quality.checks import operator_holds
 from pipelines.data_quality.run import checked_frame
 from pipelines.data_quality.suites import TABLES, build_suites, referenced_columns, stale_suites, write_suites
-from pipelines.settings import REPO_ROOT, Settings, load_settings
 from rules_cdc.rule_model import LimitOperator
 
 LOCAL_CONF = REPO_ROOT / "conf" / "local.yaml"

@@ -37,16 +37,16 @@ from reliability_support import record_outcome
 from rules_cdc_support import cli, table_rows, write_conf
 
 from delta_tables.rules import RULE_CONTENT_COLUMNS
-from pipelines.connect_worker import ConnectWorker
+from pipelines.base.settings import REPO_ROOT, Settings
 from pipelines.engine.job import EngineRun, start_engine
-from pipelines.kafka_broker import KafkaBroker
-from pipelines.rules_job import start_rules_job
-from pipelines.rulesdb import RulesDb
-from pipelines.settings import REPO_ROOT, Settings
+from pipelines.local.connect_worker import ConnectWorker
+from pipelines.local.kafka_broker import KafkaBroker
+from pipelines.local.rules_database import RulesDb
 from rules_cdc.apply_changes import ensure_rules_tables
 from rules_cdc.parse_events import rule_columns
 from rules_cdc.rule_model import RuleValidationError, parse_rule
-from rules_cdc.rules_table import TRUNCATE_MARKER_ID, rule_to_row
+from rules_cdc.rule_rows import TRUNCATE_MARKER_ID, rule_to_row
+from rules_cdc.streaming_job import start_rules_job
 
 pytestmark = pytest.mark.kafka
 

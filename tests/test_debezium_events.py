@@ -13,7 +13,7 @@ from decimal import Decimal
 
 from rules_cdc_support import sample, sample_record
 
-from pipelines.settings import Settings
+from pipelines.base.settings import Settings
 from rules_cdc.envelope import Op
 from rules_cdc.parse_events import UNAVAILABLE, RawRecord, parse_record, parse_records
 from rules_cdc.rule_model import RuleState

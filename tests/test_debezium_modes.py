@@ -23,13 +23,13 @@ from debezium_support import connector, own_database, record_count, topic_record
 from polling import wait_for
 from rules_cdc_support import SAMPLES
 
-from pipelines.connect_worker import ConnectWorker
-from pipelines.kafka_broker import KafkaBroker
-from pipelines.rulesdb import RulesDb
-from pipelines.settings import Settings
+from pipelines.base.settings import Settings
+from pipelines.local.connect_worker import ConnectWorker
+from pipelines.local.kafka_broker import KafkaBroker
+from pipelines.local.rules_database import RulesDb
 from rules_cdc.envelope import Op
 from rules_cdc.parse_events import RawRecord, parse_records
-from rules_cdc.rules_table import TRUNCATE_MARKER_ID
+from rules_cdc.rule_rows import TRUNCATE_MARKER_ID
 
 pytestmark = pytest.mark.kafka
 

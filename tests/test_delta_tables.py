@@ -6,8 +6,8 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from delta_tables.catalog import all_tables, init_lakehouse
-from pipelines.settings import Settings
-from pipelines.smoke import last_operation_metrics
+from pipelines.base.settings import Settings
+from pipelines.local.smoke import last_operation_metrics
 
 
 def test_merge_round_trip_reports_metrics_and_content(spark: SparkSession, settings: Settings) -> None:

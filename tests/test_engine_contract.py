@@ -18,9 +18,9 @@ from pyspark.sql import SparkSession
 from reference_evaluator import RefBatch, evaluate
 
 from delta_tables.catalog import init_lakehouse
+from pipelines.base.settings import EngineSettings, Settings
 from pipelines.engine.batch_handler import BatchHandler
 from pipelines.engine.keys import encode_key
-from pipelines.settings import EngineSettings, Settings
 from rules_cdc.rule_model import Rule
 
 MIN = 60_000

@@ -27,11 +27,11 @@ from reference_evaluator import RefBatch, evaluate
 from reliability_support import record_outcome, run_in_own_group
 
 from delta_tables.catalog import init_lakehouse
+from pipelines.base.settings import LAKEHOUSE_ENV, Settings
 from pipelines.engine.faults import FAULT_ENV
 from pipelines.engine.job import EngineRun, run_engine
 from pipelines.engine.keys import encode_key
-from pipelines.generator import FraudRates, GeneratorConfig, Transaction, generate, to_json
-from pipelines.settings import LAKEHOUSE_ENV, Settings
+from pipelines.generator.transactions import FraudRates, GeneratorConfig, Transaction, generate, to_json
 from rules_cdc.rule_model import Rule
 
 pytestmark = pytest.mark.subprocess  # SIGKILLed CLI runs: a JVM each

@@ -22,9 +22,9 @@ from reference_evaluator import RefBatch, evaluate
 import pipelines.engine.batch_handler as batch_handler
 from delta_tables.catalog import init_lakehouse
 from delta_tables.idempotent import CommitTag, table_version
+from pipelines.base.settings import Settings
 from pipelines.engine.batch_handler import BatchHandler
 from pipelines.engine.keys import encode_key
-from pipelines.settings import Settings
 
 T0 = 1_700_006_400_000
 TABLES = ("bronze_transactions", "bucket_state", "alerts", "alert_cooldown", "quarantine", "batch_log", "rule_states")

@@ -14,6 +14,7 @@ from engine_fixtures import make_rule, put_rules, raw_frame
 from pyspark.sql import SparkSession
 
 from delta_tables.catalog import init_lakehouse
+from pipelines.base.settings import Settings
 from pipelines.engine.batch_handler import (
     ADAPTIVE_CONF,
     AUTO_COMPACT_CONF,
@@ -22,7 +23,6 @@ from pipelines.engine.batch_handler import (
     BatchHandler,
 )
 from pipelines.engine.units import ANSI_CONF
-from pipelines.settings import Settings
 
 CONFS = (AUTO_COMPACT_CONF, SHUFFLE_PARTITIONS_CONF, CO_PARTITION_CONF, ANSI_CONF, ADAPTIVE_CONF)
 

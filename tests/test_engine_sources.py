@@ -17,10 +17,10 @@ from pyspark.sql import functions as F
 from reference_evaluator import RefBatch, evaluate
 
 from delta_tables.catalog import init_lakehouse
+from pipelines.base.settings import Settings
 from pipelines.engine.job import EngineRun, run_engine
 from pipelines.engine.keys import encode_key
-from pipelines.kafka_broker import KafkaBroker
-from pipelines.settings import Settings
+from pipelines.local.kafka_broker import KafkaBroker
 
 T0 = 1_700_006_400_000
 RULES = [

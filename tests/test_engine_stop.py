@@ -37,10 +37,10 @@ from reliability_support import record_outcome
 from rules_cdc_support import write_conf
 
 from delta_tables.catalog import init_lakehouse
+from pipelines.base.settings import REPO_ROOT, Settings
 from pipelines.engine.job import STOP_GRACE_SECONDS, STOP_TIMEOUT_SECONDS, EngineRun, run_engine
 from pipelines.engine.keys import encode_key
-from pipelines.kafka_broker import KafkaBroker, started_broker
-from pipelines.settings import REPO_ROOT, Settings
+from pipelines.local.kafka_broker import KafkaBroker, started_broker
 
 pytestmark = pytest.mark.subprocess
 T0 = 1_700_006_400_000

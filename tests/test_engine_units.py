@@ -10,13 +10,13 @@ from engine_fixtures import raw_frame
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from pipelines.base.settings import Settings
 from pipelines.engine.buckets import LEVEL_FANOUT, LEVEL_SIZES, TOP_LEVEL, tiles
 from pipelines.engine.cooldown import apply_cooldown
 from pipelines.engine.evaluate import running_in_bucket
 from pipelines.engine.keys import encode_key, key_column
 from pipelines.engine.lookback import probes, range_aggregates, tile_coordinates
 from pipelines.engine.parse_transactions import flag_duplicates, parse_raw
-from pipelines.settings import Settings
 
 
 def test_key_encoding_is_the_same_in_spark_and_python(spark: SparkSession) -> None:

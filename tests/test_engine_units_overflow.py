@@ -16,9 +16,9 @@ from pyspark.sql import SparkSession
 from reference_evaluator import RefBatch, evaluate
 
 from delta_tables.catalog import init_lakehouse
+from pipelines.base.settings import Settings
 from pipelines.engine.batch_handler import BatchHandler
 from pipelines.engine.keys import encode_key
-from pipelines.settings import Settings
 
 T0 = 1_700_006_400_000
 MIN = 60_000

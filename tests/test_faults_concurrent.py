@@ -28,10 +28,10 @@ from reliability_support import record_outcome
 
 import pipelines.engine.batch_handler as batch_handler
 from delta_tables.catalog import init_lakehouse
-from delta_tables.maintenance import optimize_table, vacuum_table
+from delta_tables.table_maintenance import optimize_table, vacuum_table
+from pipelines.base.settings import Settings
 from pipelines.engine.batch_handler import BatchHandler
 from pipelines.engine.keys import encode_key
-from pipelines.settings import Settings
 
 T0 = 1_700_006_400_000
 

@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 from reference_evaluator import filter_passes
 
+from pipelines.base.settings import TransactionField, TransactionSchema, load_settings
 from pipelines.engine.parse_transactions import parse_raw
-from pipelines.settings import TransactionField, TransactionSchema, load_settings
 from rules_cdc.filter_expr import All, AnyOf, FilterOperator, Leaf, Not, check_filter, compile_filter, parse_filter
 
 EXAMPLES = max(10, int(os.environ.get("FRAUDLAKE_FUZZ_EXAMPLES", "150")) // 5)

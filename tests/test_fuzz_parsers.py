@@ -31,9 +31,9 @@ from reliability_support import record_outcome
 from rules_cdc_support import SAMPLES, rule_event
 
 from delta_tables.catalog import init_lakehouse
+from pipelines.base.settings import Settings, load_settings
 from pipelines.engine.batch_handler import BatchHandler
 from pipelines.engine.parse_transactions import RAW_SCHEMA, flag_duplicates, parse_raw
-from pipelines.settings import Settings, load_settings
 from rules_cdc.apply_changes import apply_parsed, ensure_rules_tables
 from rules_cdc.envelope import EnvelopeError, read_envelope
 from rules_cdc.parse_events import MAX_REASON_CHARS, RawRecord, parse_records

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from pipelines.generator import (
+from pipelines.base.settings import Settings
+from pipelines.generator.transactions import (
     FAN_OUT_SIZE,
     LARGE_PAYMENT_MIN,
     NORMAL_AMOUNT_CAP,
@@ -26,7 +27,6 @@ from pipelines.generator import (
     generate,
     to_json,
 )
-from pipelines.settings import Settings
 
 START_MS = 1_700_000_000_000
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")

@@ -17,12 +17,12 @@ import pytest
 import yaml
 from kafka import KafkaConsumer
 from kafka.admin import KafkaAdminClient
+from pipelines.generator.sinks import FileSink, RatePlan, run
 
+from pipelines.base.settings import DEFAULT_CONF, REPO_ROOT, Settings
 from pipelines.cli import main
-from pipelines.generator import FraudRates, GeneratorConfig, Transaction, TransactionGenerator, generate
-from pipelines.generator_sinks import FileSink, RatePlan, run
-from pipelines.kafka_broker import KafkaBroker
-from pipelines.settings import DEFAULT_CONF, REPO_ROOT, Settings
+from pipelines.generator.transactions import FraudRates, GeneratorConfig, Transaction, TransactionGenerator, generate
+from pipelines.local.kafka_broker import KafkaBroker
 
 START_MS = 1_700_000_000_000
 

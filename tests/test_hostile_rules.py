@@ -21,8 +21,8 @@ from pyspark.sql import SparkSession
 from reliability_support import record_outcome
 from rules_cdc_support import SEED, records, rule_event, table_rows
 
-from pipelines.kafka_clients import python_client_config, spark_kafka_options
-from pipelines.settings import REPO_ROOT, KafkaSecurity, Settings, load_settings
+from pipelines.base.kafka_clients import python_client_config, spark_kafka_options
+from pipelines.base.settings import REPO_ROOT, KafkaSecurity, Settings, load_settings
 from rules_cdc.apply_changes import apply_records, ensure_rules_tables
 from rules_cdc.filter_expr import compile_filter, parse_filter
 from rules_cdc.rule_model import RuleValidationError, parse_rule

@@ -7,9 +7,9 @@ import uuid
 import pytest
 from kafka.admin import KafkaAdminClient
 
-from pipelines.kafka_broker import KafkaBroker
-from pipelines.kafka_clients import ensure_topics, python_client_config, spark_kafka_options
-from pipelines.settings import KafkaSecurity, Settings
+from pipelines.base.kafka_clients import ensure_topics, python_client_config, spark_kafka_options
+from pipelines.base.settings import KafkaSecurity, Settings
+from pipelines.local.kafka_broker import KafkaBroker
 
 
 def _with_kafka(settings: Settings, **update: object) -> Settings:

@@ -26,14 +26,14 @@ from pyspark.sql.streaming.query import StreamingQuery
 from reference_evaluator import RefBatch, evaluate
 from rules_cdc_support import write_conf
 
+from pipelines.base.settings import REPO_ROOT, Settings
 from pipelines.cli import main
 from pipelines.engine.job import EngineRun, start_engine
 from pipelines.engine.keys import encode_key
-from pipelines.generator import FraudRates, GeneratorConfig, generate
-from pipelines.kafka_broker import KafkaBroker, started_broker
-from pipelines.rules_job import start_rules_job
-from pipelines.settings import REPO_ROOT, Settings
+from pipelines.generator.transactions import FraudRates, GeneratorConfig, generate
+from pipelines.local.kafka_broker import KafkaBroker, started_broker
 from rules_cdc.rule_model import parse_rule
+from rules_cdc.streaming_job import start_rules_job
 
 pytestmark = pytest.mark.kafka
 T = TypeVar("T")

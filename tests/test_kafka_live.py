@@ -33,6 +33,8 @@ from typing import Any
 import pytest
 from engine_fixtures import json_line
 from kafka import KafkaConsumer, KafkaProducer
+from pipelines.generator.sinks import KafkaSink, RatePlan
+from pipelines.generator.sinks import run as send_records
 from polling import wait_for
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -40,20 +42,18 @@ from pyspark.sql.streaming.query import StreamingQuery
 from rules_cdc_support import cli, write_conf
 
 from delta_tables.idempotent import table_version
-from pipelines.alerts_tail import TailedAlert, TailOptions, format_alert, tail_alerts
+from pipelines.base.kafka_clients import ensure_topics
+from pipelines.base.settings import REPO_ROOT, Settings
+from pipelines.dashboard.alerts_tail import TailedAlert, TailOptions, format_alert, tail_alerts
 from pipelines.engine.job import EngineRun, start_engine
 from pipelines.engine.latency import format_latency, latency_metrics
-from pipelines.engine.summary import batch_latencies
-from pipelines.generator import PATTERNS, FraudRates, GeneratorConfig, Transaction, TransactionGenerator
-from pipelines.generator_sinks import KafkaSink, RatePlan
-from pipelines.generator_sinks import run as send_records
-from pipelines.kafka_broker import KafkaBroker
-from pipelines.kafka_clients import ensure_topics
-from pipelines.rules_job import start_rules_job
-from pipelines.settings import REPO_ROOT, Settings
+from pipelines.engine.run_summary import batch_latencies
+from pipelines.generator.transactions import PATTERNS, FraudRates, GeneratorConfig, Transaction, TransactionGenerator
+from pipelines.local.kafka_broker import KafkaBroker
 from rules_cdc.apply_changes import read_view
 from rules_cdc.manage import edit_rules
 from rules_cdc.rule_model import Rule, parse_rule
+from rules_cdc.streaming_job import start_rules_job
 
 pytestmark = pytest.mark.kafka
 

@@ -10,7 +10,7 @@ from kafka.admin import KafkaAdminClient, NewTopic
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from pipelines.kafka_broker import KafkaBroker
+from pipelines.local.kafka_broker import KafkaBroker
 
 pytestmark = pytest.mark.kafka
 

@@ -1,4 +1,4 @@
-"""pipelines.local_process: the daemons' pid files, readiness waits and stops, on real (tiny) processes."""
+"""pipelines.local.processes: the daemons' pid files, readiness waits and stops, on real (tiny) processes."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import sys
 import time
 from pathlib import Path
 
-from pipelines.local_process import alive, read_pid, start_daemon, stop_daemon, wait_until
+from pipelines.local.processes import alive, read_pid, start_daemon, stop_daemon, wait_until
 
 IGNORES_SIGTERM = "; ".join(
     [

@@ -8,8 +8,8 @@ from pyspark.sql import SparkSession
 
 from delta_tables.catalog import all_tables
 from delta_tables.table_spec import create_table
+from pipelines.base.settings import REPO_ROOT, Settings
 from pipelines.cli import main
-from pipelines.settings import REPO_ROOT, Settings
 
 LOCAL_CONF = str(REPO_ROOT / "conf" / "local.yaml")
 

@@ -13,9 +13,9 @@ from kafka import KafkaConsumer
 from pyspark.sql import SparkSession
 from rules_cdc_support import SEED, table_rows, write_conf
 
-from pipelines.kafka_broker import KafkaBroker
-from pipelines.notebook_runner import NOTEBOOKS_DIR, NotebookError, NotebookResult, run_notebook
-from pipelines.settings import REPO_ROOT, Settings
+from pipelines.base.settings import REPO_ROOT, Settings
+from pipelines.local.kafka_broker import KafkaBroker
+from pipelines.notebook_tools.runner import NOTEBOOKS_DIR, NotebookError, NotebookResult, run_notebook
 from rules_cdc.manage import edit_rules, parse_rules_text, sample_rules_path, seed_rule_text
 from rules_cdc.publisher import PublishRefused
 from rules_cdc.rules_views import rules_frame

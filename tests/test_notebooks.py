@@ -13,16 +13,17 @@ from pathlib import Path
 import pytest
 from chispa import assert_df_equality
 from engine_fixtures import alerts_by_id, put_rules
+from pipelines.generator.sinks import FileSink
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from reference_evaluator import RefBatch, evaluate
 
 from delta_tables.catalog import all_tables, init_lakehouse
+from pipelines.base.settings import REPO_ROOT, Settings, load_settings
 from pipelines.cli import main
 from pipelines.engine.keys import encode_key
-from pipelines.generator import GeneratorConfig, TransactionGenerator
-from pipelines.generator_sinks import FileSink
-from pipelines.notebook_runner import (
+from pipelines.generator.transactions import GeneratorConfig, TransactionGenerator
+from pipelines.notebook_tools.runner import (
     HEADER,
     NOTEBOOKS_DIR,
     SEPARATOR,
@@ -31,7 +32,6 @@ from pipelines.notebook_runner import (
     parse_notebook,
     run_notebook,
 )
-from pipelines.settings import REPO_ROOT, Settings, load_settings
 from rules_cdc.rule_model import parse_rule
 
 NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("*.py"))

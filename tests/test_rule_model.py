@@ -6,7 +6,7 @@ import pytest
 from pyspark.sql import SparkSession
 from rules_cdc_support import SEED
 
-from pipelines.settings import Settings
+from pipelines.base.settings import Settings
 from rules_cdc.rule_model import Aggregator, LimitOperator, RuleState, RuleValidationError, parse_rule
 
 
@@ -78,7 +78,7 @@ def test_limit_operator_holds() -> None:
 
 def test_rules_table_row_round_trip(spark: SparkSession, base_settings: Settings) -> None:
     from delta_tables.rules import RULES_SCHEMA
-    from rules_cdc.rules_table import live_rules, rule_from_row, rule_to_row
+    from rules_cdc.rule_rows import live_rules, rule_from_row, rule_to_row
 
     rule = parse_rule(
         {**SEED, "filter": {"field": "paymentType", "op": "EQUAL", "value": "CSH"}, "cooldownMinutes": 5},

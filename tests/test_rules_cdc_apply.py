@@ -11,11 +11,11 @@ from pyspark.sql import SparkSession
 from rules_cdc_support import records, rule_event, stable, table_rows
 
 from delta_tables.rules_merge import commit_tag, merge_rules, rules_frame
-from pipelines.settings import Settings
+from pipelines.base.settings import Settings
 from rules_cdc.apply_changes import apply_records, ensure_rules_tables, read_view
 from rules_cdc.parse_events import parse_records
 from rules_cdc.plan_changes import final_rows, plan_batch
-from rules_cdc.rules_table import TRUNCATE_MARKER_ID
+from rules_cdc.rule_rows import TRUNCATE_MARKER_ID
 
 
 def test_a_replayed_batch_changes_nothing_and_completes_a_half_written_one(

@@ -16,9 +16,9 @@ from rules_cdc_support import cli, cli_json, rule_event, sample, sample_pg_posit
 
 from delta_tables.bucket_state import BUCKET_STATE
 from delta_tables.table_spec import create_table
-from pipelines.rules_job import batch_handler, start_rules_job
-from pipelines.settings import Settings
-from pipelines.smoke import last_operation_metrics
+from pipelines.base.settings import Settings
+from pipelines.local.smoke import last_operation_metrics
+from rules_cdc.streaming_job import batch_handler, start_rules_job
 
 
 def test_rules_commands_apply_list_time_travel_history_export_delete_all(

@@ -10,12 +10,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from rules_cdc_support import SEED, sample, sample_pg_position, sample_record
 
-from pipelines.settings import Settings
+from pipelines.base.settings import Settings
 from rules_cdc.decimals import decode_precise, encode_precise
 from rules_cdc.envelope import Op, read_envelope
 from rules_cdc.parse_events import RawRecord, parse_record, parse_records
 from rules_cdc.rule_model import RuleState
-from rules_cdc.rules_table import TRUNCATE_MARKER_ID
+from rules_cdc.rule_rows import TRUNCATE_MARKER_ID
 from rules_cdc.source_position import (
     PositionError,
     cli_position,

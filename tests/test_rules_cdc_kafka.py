@@ -12,8 +12,8 @@ from kafka import KafkaProducer
 from pyspark.sql import SparkSession
 from rules_cdc_support import SEED, cli, cli_json, sample, table_rows, write_conf
 
-from pipelines.kafka_broker import KafkaBroker
-from pipelines.settings import Settings
+from pipelines.base.settings import Settings
+from pipelines.local.kafka_broker import KafkaBroker
 
 pytestmark = pytest.mark.kafka
 

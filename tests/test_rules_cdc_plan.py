@@ -14,12 +14,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rules_cdc_support import SEED
 
-from pipelines.settings import load_settings
+from pipelines.base.settings import load_settings
 from rules_cdc.envelope import Op
 from rules_cdc.parse_events import ChangeEvent
 from rules_cdc.plan_changes import BatchPlan, TableView, Watermark, final_rows, plan_batch
 from rules_cdc.rule_model import parse_rule
-from rules_cdc.rules_table import LIVE_STATES, TRUNCATE_MARKER_ID, tombstone_row
+from rules_cdc.rule_rows import LIVE_STATES, TRUNCATE_MARKER_ID, tombstone_row
 from rules_cdc.source_position import mysql_position, ts_position
 
 NOW = dt.datetime(2024, 11, 22, 8, 0, 0)

@@ -22,8 +22,8 @@ from pyspark.sql import SparkSession
 from reliability_support import record_outcome, run_in_own_group
 from rules_cdc_support import rule_event
 
-from pipelines.rules_job import start_rules_job
-from pipelines.settings import LAKEHOUSE_ENV, Settings, load_settings
+from pipelines.base.settings import LAKEHOUSE_ENV, Settings, load_settings
+from rules_cdc.streaming_job import start_rules_job
 
 pytestmark = pytest.mark.subprocess  # SIGKILLed CLI runs: a JVM each
 
@@ -50,9 +50,9 @@ HARNESS = textwrap.dedent(
     """
     import os, signal, sys
     import rules_cdc.apply_changes as apply_changes
-    from pipelines.rules_job import start_rules_job
-    from pipelines.settings import load_settings
-    from pipelines.spark_session import get_spark
+    from rules_cdc.streaming_job import start_rules_job
+    from pipelines.base.settings import load_settings
+    from pipelines.base.spark_session import get_spark
 
     point = sys.argv[1]
     wrapped = {"merge": "merge_rules", "changelog": "write_change_log", "quarantine": "write_quarantine"}[point]

@@ -16,10 +16,10 @@ import pytest
 import yaml
 from debezium_support import own_database, sql_literal
 
+from pipelines.base.settings import REPO_ROOT, Settings
 from pipelines.cli import main
-from pipelines.debezium_config import ConnectorConfigError, connector_config, read_properties
-from pipelines.rulesdb import RulesDb, RulesDbError, schema_files
-from pipelines.settings import REPO_ROOT, Settings
+from pipelines.local.debezium_config import ConnectorConfigError, connector_config, read_properties
+from pipelines.local.rules_database import RulesDb, RulesDbError, schema_files
 from rules_cdc.parse_events import rule_columns
 from rules_cdc.rule_model import parse_rule
 

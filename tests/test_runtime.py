@@ -10,7 +10,7 @@ import pyspark
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
-from pipelines.runtime_env import REPO_ROOT, jar_files
+from pipelines.base.runtime_env import REPO_ROOT, jar_files
 
 
 def _pom_property(pom: Path, name: str) -> str:

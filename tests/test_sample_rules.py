@@ -11,8 +11,8 @@ from typing import Any
 from reference_evaluator import RefBatch, evaluate
 from rules_cdc_support import SEED
 
-from pipelines.generator import PATTERNS, FraudRates, GeneratorConfig, Transaction, TransactionGenerator
-from pipelines.settings import REPO_ROOT, Settings
+from pipelines.base.settings import REPO_ROOT, Settings
+from pipelines.generator.transactions import PATTERNS, FraudRates, GeneratorConfig, Transaction, TransactionGenerator
 from rules_cdc.rule_model import Rule, RuleState, parse_rule
 
 SAMPLE_RULES = REPO_ROOT / "conf" / "sample_rules.json"

@@ -18,8 +18,8 @@ from pyspark.sql import SparkSession
 from reliability_support import record_outcome
 
 from delta_tables.catalog import init_lakehouse
+from pipelines.base.settings import Settings
 from pipelines.engine.batch_handler import BatchHandler
-from pipelines.settings import Settings
 
 T0 = 1_700_006_400_000
 CSH_ONLY = {"field": "paymentType", "op": "EQUAL", "value": "CSH"}

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from pipelines.settings import LAKEHOUSE_ENV, REPO_ROOT, load_settings
+from pipelines.base.settings import LAKEHOUSE_ENV, REPO_ROOT, load_settings
 
 
 def test_local_conf_loads_with_defaults() -> None:

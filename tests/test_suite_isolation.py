@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import SUITE_KNOBS, _isolated_environment
 
-from pipelines.settings import load_settings
+from pipelines.base.settings import load_settings
 
 
 def test_no_fraudlake_variable_of_the_caller_reaches_a_test() -> None:

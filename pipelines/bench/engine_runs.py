@@ -28,12 +28,12 @@ from pyspark.sql import functions as F
 
 from delta_tables.catalog import init_lakehouse
 from delta_tables.rules_seed import put_rule_rows
+from pipelines.base.settings import Settings
 from pipelines.bench.floor import add_batch_seconds
 from pipelines.engine.job import EngineRun, start_engine
 from pipelines.engine.latency import COMMITTED_AT
-from pipelines.settings import Settings
 from rules_cdc.rule_model import Rule
-from rules_cdc.rules_table import rule_to_row
+from rules_cdc.rule_rows import rule_to_row
 
 
 @dataclass

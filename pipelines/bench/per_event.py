@@ -26,12 +26,12 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from delta_tables.transaction_types import AGGREGATE_TYPE
+from pipelines.base.settings import Settings
 from pipelines.engine.buckets import tag_rows
 from pipelines.engine.evaluate import LIMIT_CHECK_COLUMNS, aggregate_units, holds, rules_frame
 from pipelines.engine.parse_transactions import parse_raw
 from pipelines.engine.states import LiveRule, states_of
 from pipelines.engine.units import WIDE_UNITS, to_units, units_to_decimal
-from pipelines.settings import Settings
 from rules_cdc.rule_model import Rule
 
 EVENTS_SCHEMA = StructType(

@@ -36,8 +36,10 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from delta_tables.bucket_state import append_tiles
+from pipelines.base.settings import Settings
 from pipelines.bench.engine_runs import BacklogResult, driver_heap_mb, lakehouse_for, run_backlog, table_size
 from pipelines.bench.floor import FLOOR_KINDS, FloorResult, run_floor
+from pipelines.bench.live_latency import LiveResult, format_live, run_live
 from pipelines.bench.per_event import PerEventHandler
 from pipelines.bench.sliding_window import SlidingWindowResult, run_sliding_window
 from pipelines.bench.state_size import StateSize, engine_state_matches, steady_state_sizes
@@ -45,10 +47,8 @@ from pipelines.bench.workload import START_MS, Workload, rule_set, transactions,
 from pipelines.engine.buckets import tiles
 from pipelines.engine.sources import read_files
 from pipelines.engine.states import LiveRule, states_of
-from pipelines.kafka_broker import KafkaBroker
-from pipelines.live_latency import LiveResult, format_live, run_live
-from pipelines.ports import free_port
-from pipelines.settings import Settings
+from pipelines.local.kafka_broker import KafkaBroker
+from pipelines.local.ports import free_port
 
 DAY_MINUTES = 1440
 

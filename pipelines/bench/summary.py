@@ -14,10 +14,10 @@ from pipelines.bench.report import Chart, Report, Table, Target, fmt, fmt_bytes,
 from pipelines.bench.scenarios import DAY_MINUTES, Results
 
 PROFILE_NOTES: list[str] = [
-    "How it was profiled: `scripts/profile_handler.py` runs the batch handler over prepared batches in one"
+    "How it was profiled: `pipelines.bench.profile_handler` runs the batch handler over prepared batches in one"
     " process with the Spark UI on and lists per batch the Spark jobs and SQL executions (UI REST API), the"
     " Delta commits, the per-step timings of `batch_log.metrics` and, with `--cprofile`/`--jfr`, the Python and JVM"
-    " hot spots; `scripts/floor_compare.py` times the engine and the append+MERGE floor on the same files in the"
+    " hot spots; `pipelines.bench.floor_compare` times the engine and the append+MERGE floor on the same files in the"
     " same process (the ratio is what survives a noisy machine).",
     "**Before** (issue 13's baseline, 20 rules in 4 states, 10,000 keys): 15.6 s per 2,000-row batch, 22.9 s per"
     " 50,000-row batch (2,068 tx/s at best), ~40 Spark executions and ~7 Delta commits per batch, alerts 39 s"
@@ -566,7 +566,7 @@ def _latency(report: Report, results: Results) -> None:
         " time), or records to the transactions topic of a local broker (ingestion time = the Kafka record"
         " timestamp). Latency of a transaction = its micro-batch's alerts commit (`batch_log.metrics.committedAtMs`)"
         " - its ingestion time, over every transaction fed, the first micro-batch included"
-        " (`pipelines/live_latency.py`)."
+        " (`pipelines/bench/live_latency.py`)."
     )
     section.tables.append(
         Table(

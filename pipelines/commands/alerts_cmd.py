@@ -14,9 +14,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from pipelines.alerts_tail import TailOptions, tail_alerts
 from pipelines.commands.context import settings_from, spark_from
-from pipelines.engine.summary import (
+from pipelines.dashboard.alerts_tail import TailOptions, tail_alerts
+from pipelines.engine.run_summary import (
     batch_latencies,
     engine_summary,
     export_alerts,

@@ -15,8 +15,8 @@ import pickle
 from pathlib import Path
 from typing import Any
 
+from pipelines.base.settings import REPO_ROOT
 from pipelines.commands.context import settings_from, spark_from
-from pipelines.settings import REPO_ROOT
 
 
 def register(subparsers: Any, parent: argparse.ArgumentParser) -> None:

@@ -16,9 +16,9 @@ from typing import Any
 
 import yaml
 
-from pipelines.cluster import MASTER_PORT, MASTER_UI_PORT, StandaloneCluster
+from pipelines.base.settings import Settings
 from pipelines.commands.context import settings_from
-from pipelines.settings import Settings
+from pipelines.local.standalone_cluster import MASTER_PORT, MASTER_UI_PORT, StandaloneCluster
 
 
 def register(subparsers: Any, parent: argparse.ArgumentParser) -> None:

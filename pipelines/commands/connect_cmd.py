@@ -12,13 +12,13 @@ import argparse
 import sys
 from typing import Any
 
+from pipelines.base.kafka_clients import ensure_topics
+from pipelines.base.settings import Settings
 from pipelines.commands.context import settings_from
-from pipelines.connect_worker import ConnectError, ConnectWorker
-from pipelines.debezium_config import connector_config
-from pipelines.kafka_broker import KafkaBroker
-from pipelines.kafka_clients import ensure_topics
-from pipelines.rulesdb import RulesDb
-from pipelines.settings import Settings
+from pipelines.local.connect_worker import ConnectError, ConnectWorker
+from pipelines.local.debezium_config import connector_config
+from pipelines.local.kafka_broker import KafkaBroker
+from pipelines.local.rules_database import RulesDb
 
 
 def register(subparsers: Any, parent: argparse.ArgumentParser) -> None:

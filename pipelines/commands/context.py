@@ -6,8 +6,8 @@ import argparse
 
 from pyspark.sql import SparkSession
 
-from pipelines.settings import Settings, load_settings
-from pipelines.spark_session import get_spark
+from pipelines.base.settings import Settings, load_settings
+from pipelines.base.spark_session import get_spark
 
 
 def settings_from(args: argparse.Namespace) -> Settings:

@@ -5,7 +5,7 @@ Sets up a lakehouse (by default a fresh ``<work_dir>/demo-lakehouse``), loads th
 fraud patterns into the landing folder, runs the engine until it has caught up (``fraudlake run --once``) and
 prints a summary: rules, transactions, alerts per rule, latency percentiles. Then a live phase: the engine runs
 continuously while transactions arrive at a fixed rate, and the demo prints what a user would see — ingestion
-to alerts committed, p50/p95/p99 over every live transaction (``pipelines.live_latency``).
+to alerts committed, p50/p95/p99 over every live transaction (``pipelines.bench.live_latency``).
 """
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from delta_tables.catalog import init_lakehouse
+from pipelines.base.settings import LAKEHOUSE_ENV, REPO_ROOT, Settings
+from pipelines.bench.live_latency import format_live, run_live
 from pipelines.commands.context import settings_from, spark_from
 from pipelines.engine.job import EngineRun, run_engine
-from pipelines.engine.summary import engine_summary, format_summary
-from pipelines.generator import FraudRates, GeneratorConfig, TransactionGenerator
-from pipelines.generator_sinks import FileSink
-from pipelines.live_latency import format_live, run_live
-from pipelines.settings import LAKEHOUSE_ENV, REPO_ROOT, Settings
+from pipelines.engine.run_summary import engine_summary, format_summary
+from pipelines.generator.transactions import FraudRates, GeneratorConfig, TransactionGenerator
+from pipelines.generator.sinks import FileSink
 from rules_cdc.manage import edit_rules
 from rules_cdc.rule_model import Rule, parse_rule
 

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from pipelines.commands.context import settings_from
-from pipelines.kafka_broker import KafkaBroker
+from pipelines.local.kafka_broker import KafkaBroker
 
 
 def register(subparsers: Any, parent: argparse.ArgumentParser) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from delta_tables.maintenance import maintain_lakehouse
+from delta_tables.table_maintenance import maintain_lakehouse
 from pipelines.commands.context import settings_from, spark_from
 
 

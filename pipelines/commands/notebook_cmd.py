@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.commands.context import settings_from, spark_from
-from pipelines.notebook_runner import NOTEBOOKS_DIR, NotebookError, find_notebook, parse_notebook, run_notebook
+from pipelines.notebook_tools.runner import NOTEBOOKS_DIR, NotebookError, find_notebook, parse_notebook, run_notebook
 
 
 def register(subparsers: Any, parent: argparse.ArgumentParser) -> None:

@@ -24,16 +24,15 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from delta_tables.rules import RULES
+from pipelines.base.settings import Settings
 from pipelines.commands.context import settings_from, spark_from
 from pipelines.engine.backtest import alert_json_lines, backtest_per_day, backtest_rule, parse_instant_ms
-from pipelines.rules_job import start_rules_job
-from pipelines.settings import Settings
 from rules_cdc.apply_changes import apply_records, ensure_rules_tables, read_view
 from rules_cdc.parse_events import RawRecord
 from rules_cdc.publisher import PublishRefused, edit_events, publish
 from rules_cdc.rejected_changes import pending_rejections, rejections_text
 from rules_cdc.rule_model import RuleValidationError, parse_rule
-from rules_cdc.rules_table import LIVE_STATES
+from rules_cdc.rule_rows import LIVE_STATES
 from rules_cdc.rules_views import (
     history_text,
     read_rules,
@@ -42,6 +41,7 @@ from rules_cdc.rules_views import (
     rules_table_text,
     to_json_text,
 )
+from rules_cdc.streaming_job import start_rules_job
 
 
 def register(subparsers: Any, parent: argparse.ArgumentParser) -> None:

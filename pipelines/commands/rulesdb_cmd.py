@@ -18,9 +18,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pipelines.base.settings import REPO_ROOT, TransactionSchema
 from pipelines.commands.context import settings_from
-from pipelines.rulesdb import RulesDb, RulesDbError
-from pipelines.settings import REPO_ROOT, TransactionSchema
+from pipelines.local.rules_database import RulesDb, RulesDbError
 from rules_cdc.rule_model import RuleValidationError, parse_rule
 
 SAMPLE_RULES = REPO_ROOT / "conf" / "sample_rules.json"

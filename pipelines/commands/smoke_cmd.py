@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from pipelines.commands.context import settings_from, spark_from
-from pipelines.smoke import delta_smoke, kafka_smoke
+from pipelines.local.smoke import delta_smoke, kafka_smoke
 
 
 def register(subparsers: Any, parent: argparse.ArgumentParser) -> None:

@@ -13,7 +13,7 @@ from delta.tables import DeltaTable
 
 from delta_tables.bucket_state import BUCKET_STATE
 from pipelines.commands.context import settings_from, spark_from
-from pipelines.smoke import last_operation_metrics
+from pipelines.local.smoke import last_operation_metrics
 
 
 def register(subparsers: Any, parent: argparse.ArgumentParser) -> None:

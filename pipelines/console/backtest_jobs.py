@@ -25,7 +25,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from pipelines.settings import Settings
+from pipelines.base.settings import Settings
 from rules_cdc.rule_model import Rule
 
 log = logging.getLogger(__name__)

@@ -21,12 +21,12 @@ from fastapi.templating import Jinja2Templates
 from pyspark.sql import SparkSession
 from starlette.responses import Response
 
+from pipelines.base.settings import Settings
 from pipelines.console.backtest_jobs import BacktestRunner
 from pipelines.console.edit_progress import EditLog
 from pipelines.console.lake_reader import LakeReader
 from pipelines.console.rule_writes import RuleWriter
 from pipelines.console.rules_data import plain_number
-from pipelines.settings import Settings
 
 HERE = Path(__file__).resolve().parent
 TEMPLATES = HERE / "templates"
@@ -48,7 +48,7 @@ class SharedSpark:
     def __call__(self) -> SparkSession:
         with self._lock:
             if self._session is None:
-                from pipelines.spark_session import get_spark
+                from pipelines.base.spark_session import get_spark
 
                 self._session = get_spark(self.settings, app_name="fraudlake-console")
             return self._session

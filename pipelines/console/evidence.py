@@ -28,10 +28,10 @@ from decimal import Decimal
 from typing import Any, Literal
 
 from delta_tables.bronze_transactions import bronze_spec
+from pipelines.base.settings import Settings
 from pipelines.console.lake_reader import Condition, LakeReader
 from pipelines.console.window_math import aggregate, bucket_index, counts_for, reach_buckets
 from pipelines.engine.keys import encode_key
-from pipelines.settings import Settings
 from rules_cdc.rule_model import Rule
 
 Precedence = Literal["engine", "history"]

@@ -22,8 +22,8 @@ from typing import Any
 
 from delta_tables.batch_log import BATCH_LOG
 from delta_tables.quarantine import QUARANTINE
+from pipelines.base.settings import Settings
 from pipelines.console.lake_reader import LakeReader
-from pipelines.settings import Settings
 
 LATENCY_KEYS = ("latencyP50Ms", "latencyP95Ms", "latencyP99Ms", "evaluatedP50Ms", "evaluatedP95Ms", "evaluatedP99Ms")
 COUNT_KEYS = ("rows", "valid", "late", "quarantined", "alerts")

@@ -27,7 +27,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import DeltaProtocolError, TableNotFoundError
 from pyspark.sql import Column, SparkSession
 
-from pipelines.settings import Settings
+from pipelines.base.settings import Settings
 
 Op = Literal["=", "!=", "<", "<=", ">", ">=", "in", "startswith"]
 Condition = tuple[str, Op, Any]

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from pipelines.settings import TransactionSchema
+from pipelines.base.settings import TransactionSchema
 from rules_cdc.rule_model import Aggregator, LimitOperator, Rule, parse_rule
 
 AGGREGATORS = tuple(a.value for a in Aggregator)

@@ -23,13 +23,13 @@ import os
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from pipelines.rulesdb import ROW_COLUMNS, RULES_TABLE, RulesDb, rule_row
-from pipelines.runtime_env import SetupMissingError
-from pipelines.settings import Settings
+from pipelines.base.runtime_env import SetupMissingError
+from pipelines.base.settings import Settings
+from pipelines.local.rules_database import ROW_COLUMNS, RULES_TABLE, RulesDb, rule_row
 from rules_cdc.plan_changes import TableView
 from rules_cdc.publisher import PublishRefused, edit_events, publish
 from rules_cdc.rule_model import Rule, RuleState
-from rules_cdc.rules_table import rule_from_row
+from rules_cdc.rule_rows import rule_from_row
 from rules_cdc.source_position import pg_position
 
 Action = Literal["create", "update", "pause", "resume", "delete"]

@@ -25,7 +25,7 @@ from rules_cdc.apply_changes import QUARANTINE_SOURCE
 from rules_cdc.plan_changes import TableView, Watermark
 from rules_cdc.rejected_changes import MAX_LISTED, Rejection, rejection_of
 from rules_cdc.rule_model import Rule
-from rules_cdc.rules_table import LIVE_STATES, TRUNCATE_MARKER_ID, rule_from_row
+from rules_cdc.rule_rows import LIVE_STATES, TRUNCATE_MARKER_ID, rule_from_row
 from rules_cdc.rules_views import rule_json
 
 

@@ -15,7 +15,7 @@ import time
 import uvicorn
 from fastapi import FastAPI
 
-from pipelines.ports import free_port
+from pipelines.local.ports import free_port
 
 APP_PORT_ENV = "DATABRICKS_APP_PORT"
 """The port a Databricks App must listen on (set by the Apps runtime)."""

@@ -21,7 +21,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from delta_tables.alerts import ALERTS
-from pipelines.settings import Settings
+from pipelines.base.settings import Settings
 
 GRAINS = ("auto", "minute", "hour", "day")
 BUCKET_SECONDS = {"minute": 60, "hour": 3600, "day": 86400}

@@ -24,8 +24,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
+from pipelines.base.settings import Settings
 from pipelines.dashboard.aggregates import DashboardData
-from pipelines.settings import Settings
 
 NO_ALERTS = "no alerts yet"
 MAX_PANELS = 9

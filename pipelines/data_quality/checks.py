@@ -20,9 +20,9 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
-from pipelines.settings import QualitySettings
+from pipelines.base.settings import QualitySettings
 from rules_cdc.rule_model import TOMBSTONE_STATES, LimitOperator
-from rules_cdc.rules_table import LIVE_STATES
+from rules_cdc.rule_rows import LIVE_STATES
 
 CHECK_PREFIX = "dq_"
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import great_expectations as gx
 
+from pipelines.base.settings import Settings
 from pipelines.data_quality.run import QualityRun, TableOutcome
-from pipelines.settings import Settings
 
 _MARK = {"passed": "✅ passed", "failed": "❌ FAILED", "missing": "❌ MISSING", "skipped": "⏭️ skipped"}
 PASS, FAIL = "✅ pass", "❌ FAIL"

@@ -25,6 +25,7 @@ from great_expectations.core import ExpectationSuite
 from great_expectations.data_context.types.base import ProgressBarsConfig
 from pyspark.sql import DataFrame, SparkSession
 
+from pipelines.base.settings import Settings
 from pipelines.data_quality.checks import (
     alerts_checked,
     bronze_checked,
@@ -33,7 +34,6 @@ from pipelines.data_quality.checks import (
     rules_checked,
 )
 from pipelines.data_quality.suites import TABLES, build_suites, suite_parameters
-from pipelines.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -30,8 +30,8 @@ from great_expectations.expectations.core.expect_column_values_to_not_be_null im
 from great_expectations.expectations.expectation import Expectation
 
 from delta_tables.bucket_state import BUCKET_STATE_SCHEMA
+from pipelines.base.settings import REPO_ROOT, Settings
 from pipelines.data_quality.checks import DERIVED_CHECKS
-from pipelines.settings import REPO_ROOT, Settings
 from rules_cdc.rule_model import MAX_WINDOW_MINUTES, Aggregator, LimitOperator, RuleState
 
 SUITES_DIR = REPO_ROOT / "conf" / "expectations"

@@ -19,9 +19,9 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from delta_tables.alerts import ALERTS_SCHEMA
+from pipelines.base.kafka_clients import spark_kafka_options
+from pipelines.base.settings import Settings
 from pipelines.engine.parse_transactions import as_column
-from pipelines.kafka_clients import spark_kafka_options
-from pipelines.settings import Settings
 
 EXPORT_FIELDS = (
     "alertId",

@@ -38,12 +38,12 @@ from pyspark.sql.types import StructField, StructType
 from delta_tables.alert_cooldown import ALERT_COOLDOWN_SCHEMA
 from delta_tables.bronze_transactions import bronze_spec
 from delta_tables.bucket_state import BUCKET_STATE_SCHEMA, TILE_COLUMNS
+from pipelines.base.settings import Settings
 from pipelines.engine.buckets import tag_rows, tiles
 from pipelines.engine.cooldown import apply_cooldown
 from pipelines.engine.evaluate import candidate_alerts, reach_buckets, rules_frame, running_in_bucket
 from pipelines.engine.states import LiveRule, states_of
 from pipelines.engine.units import AGGREGATE_FIELDS, WIDE_UNITS
-from pipelines.settings import Settings
 from rules_cdc.rule_model import Rule, RuleState
 
 BACKTEST_COLUMNS = ("ruleId", "transactionId", "keyValue", "eventTime", "aggregateValue", "limit")

@@ -40,6 +40,8 @@ from delta_tables.batch_log import log_batch, previous_batch
 from delta_tables.bucket_state import TILE_COLUMNS, append_tiles, compact_tiles, fold_tiles, trim_condition
 from delta_tables.idempotent import append_tagged, files_for, table_version
 from delta_tables.local_rows import local_frame
+from pipelines.base.settings import Settings
+from pipelines.base.spark_session import session_confs
 from pipelines.engine.alert_rows import alert_rows, write_alerts_to_kafka
 from pipelines.engine.buckets import co_partitioned, tag_rows, tiles
 from pipelines.engine.cooldown import apply_cooldown, last_alert_times
@@ -54,10 +56,10 @@ from pipelines.engine.latency import (
     latency_metrics,
 )
 from pipelines.engine.lookback import COORDINATES, with_coordinates
-from pipelines.engine.maintenance import forgotten_rule_ids, maintain_states, needs_maintenance
 from pipelines.engine.parse_transactions import bronze_rows, flag_duplicates, parse_raw, quarantine_rows
 from pipelines.engine.recovery import BATCH_LOG_WRITE, Attempt, EnginePaths, Pins
 from pipelines.engine.retention import cooldown_horizon_ms, retention_due, state_horizons
+from pipelines.engine.state_rebuild import forgotten_rule_ids, maintain_states, needs_maintenance
 from pipelines.engine.states import RulesCache, StateSpec, plan_states, states_of
 from pipelines.engine.table_cache import TableCache, kept, materialize, release
 from pipelines.engine.units import (
@@ -69,8 +71,6 @@ from pipelines.engine.units import (
     tiles_from_table,
     tiles_to_table,
 )
-from pipelines.settings import Settings
-from pipelines.spark_session import session_confs
 
 log = logging.getLogger(__name__)
 AUTO_COMPACT_CONF = "spark.databricks.delta.autoCompact.enabled"

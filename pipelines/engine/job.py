@@ -32,9 +32,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from delta_tables.catalog import init_lakehouse
+from pipelines.base.settings import Settings
 from pipelines.engine.batch_handler import BatchHandler
 from pipelines.engine.sources import SourceKind, ensure_source_topics, read_source
-from pipelines.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 
 from delta_tables.quarantine import QUARANTINE_SCHEMA
 from delta_tables.transaction_types import spark_type
-from pipelines.settings import TransactionField, TransactionSchema
+from pipelines.base.settings import TransactionField, TransactionSchema
 
 RAW_SCHEMA = StructType(
     [

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from pyspark.sql import SparkSession
 
 from delta_tables.idempotent import CommitTag, batch_commits
-from pipelines.settings import Settings
+from pipelines.base.settings import Settings
 
 BATCH_LOG_WRITE = "batch-log"
 

@@ -20,9 +20,9 @@ from typing import Literal
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from pipelines.base.kafka_clients import ensure_topics, spark_kafka_options
+from pipelines.base.settings import Settings
 from pipelines.engine.parse_transactions import RAW_SCHEMA
-from pipelines.kafka_clients import ensure_topics, spark_kafka_options
-from pipelines.settings import Settings
 
 SourceKind = Literal["files", "kafka", "delta"]
 SOURCES: tuple[SourceKind, ...] = ("files", "kafka", "delta")

@@ -20,10 +20,10 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from pipelines.settings import TransactionSchema
+from pipelines.base.settings import TransactionSchema
 from rules_cdc.filter_expr import All, AnyOf, Leaf, Not
 from rules_cdc.rule_model import COUNT_FIELD, Rule, RuleState
-from rules_cdc.rules_table import live_rules, rule_from_row, rule_snapshot_json
+from rules_cdc.rule_rows import live_rules, rule_from_row, rule_snapshot_json
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 Usage (from the repository root, after scripts/setup.sh)::
 
-    .venv/bin/python scripts/profile_handler.py --rows 2000 --batches 8 [--cprofile out.prof] [--conf k=v ...]
+    .venv/bin/python -m pipelines.bench.profile_handler --rows 2000 --batches 8 [--cprofile out.prof] [--conf k=v ...]
 
 A fresh lakehouse under .work/profile-handler (20 rules in 4 states, 1-hour windows, 10,000 keys, as the bench's
 throughput runs), then ``BatchHandler.process`` called directly on each JSON-lines file read as a RAW_SCHEMA
@@ -23,14 +23,12 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT))
+from pyspark.sql import functions as F
 
-from engine_workload import add_workload_arguments, engine_lakehouse, fresh_landing, spark_with  # noqa: E402
-from pyspark.sql import functions as F  # noqa: E402
-
-from pipelines.engine.batch_handler import BatchHandler  # noqa: E402
-from pipelines.engine.parse_transactions import RAW_COLUMNS  # noqa: E402
+from pipelines.base.settings import REPO_ROOT
+from pipelines.bench.engine_workload import add_workload_arguments, engine_lakehouse, fresh_landing, spark_with
+from pipelines.engine.batch_handler import BatchHandler
+from pipelines.engine.parse_transactions import RAW_COLUMNS
 
 
 def _jvm_cpu_seconds() -> float:
@@ -108,7 +106,7 @@ def main() -> int:
         if profiler and batch_id:
             profiler.enable()
         if args.jfr and batch_id == 2:
-            recording = spark._jvm.jdk.jfr.Recording(spark._jvm.jdk.jfr.Configuration.getConfiguration("profile"))
+            recording = _jvm(spark).jdk.jfr.Recording(_jvm(spark).jdk.jfr.Configuration.getConfiguration("profile"))
             recording.start()
         handler.process(raw, batch_id)
         if profiler:
@@ -139,10 +137,17 @@ def main() -> int:
         profiler.dump_stats(args.cprofile)
     if args.jfr and args.batches > 2:
         recording.stop()
-        recording.dump(spark._jvm.java.io.File(args.jfr).toPath())
+        recording.dump(_jvm(spark).java.io.File(args.jfr).toPath())
     spark.stop()
     return 0
 
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _jvm(spark: Any) -> Any:
+    """The driver's JVM gateway (present on a classic, non-Connect session)."""
+    jvm = spark._jvm
+    assert jvm is not None, "profile_handler needs a classic SparkSession"
+    return jvm

@@ -18,7 +18,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
-from pipelines.rulesdb_settings import ConnectSettings, RulesDbSettings
+from pipelines.base.rulesdb_settings import ConnectSettings, RulesDbSettings
 
 SETTINGS_VERSION = 1
 """The ``version`` a conf file must declare; bump it with any incompatible change to the settings."""
@@ -26,7 +26,7 @@ SETTINGS_VERSION = 1
 LAKEHOUSE_ENV = "FRAUDLAKE_LAKEHOUSE"
 KAFKA_BOOTSTRAP_ENV = "FRAUDLAKE_KAFKA_BOOTSTRAP"
 CONF_ENV = "FRAUDLAKE_CONF"
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CONF = REPO_ROOT / "conf" / "local.yaml"
 
 FieldType = str

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pipelines.settings import REPO_ROOT, Settings
+from pipelines.base.settings import REPO_ROOT, Settings
 
 _PLACEHOLDER = re.compile(r"\{\{([a-z_.]+)\}\}")
 

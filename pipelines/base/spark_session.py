@@ -14,8 +14,8 @@ from contextlib import contextmanager
 
 from pyspark.sql import SparkSession
 
-from pipelines.runtime_env import ensure_java_home, jar_files, on_databricks
-from pipelines.settings import Settings
+from pipelines.base.runtime_env import ensure_java_home, jar_files, on_databricks
+from pipelines.base.settings import Settings
 
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"

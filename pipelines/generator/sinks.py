@@ -1,6 +1,6 @@
 """Where generated transactions go, and how fast: the landing folder (atomic JSON-lines files) or Kafka.
 
-Thin on purpose: generation lives in ``pipelines.generator``; here are only the writes and the pacing.
+Thin on purpose: generation lives in ``pipelines.generator.transactions``; here are only the writes and the pacing.
 
 Example::
 
@@ -25,9 +25,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
 
-from pipelines.generator import Transaction, to_json
-from pipelines.kafka_clients import ensure_topics, python_client_config
-from pipelines.settings import Settings
+from pipelines.base.kafka_clients import ensure_topics, python_client_config
+from pipelines.base.settings import Settings
+from pipelines.generator.transactions import Transaction, to_json
 
 log = logging.getLogger(__name__)
 

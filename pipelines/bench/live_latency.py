@@ -32,11 +32,11 @@ from typing import Any, Literal
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from pipelines.base.settings import Settings
 from pipelines.bench.workload import Workload, transactions, write_batches
 from pipelines.engine.job import EngineRun, start_engine
 from pipelines.engine.latency import COMMITTED_AT
-from pipelines.generator_sinks import KafkaSink
-from pipelines.settings import Settings
+from pipelines.generator.sinks import KafkaSink
 
 LiveSource = Literal["files", "kafka"]
 

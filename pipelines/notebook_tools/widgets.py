@@ -15,7 +15,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 
 from delta_tables.catalog import all_tables
-from pipelines.settings import Settings, load_settings
+from pipelines.base.settings import Settings, load_settings
 
 
 def declare_settings_widgets(dbutils: Any) -> None:

@@ -8,8 +8,8 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from pipelines.kafka_broker import KafkaBroker
-from pipelines.settings import Settings
+from pipelines.base.settings import Settings
+from pipelines.local.kafka_broker import KafkaBroker
 
 
 def last_operation_metrics(table: DeltaTable) -> dict[str, int]:

@@ -22,10 +22,10 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from delta_tables.idempotent import table_version
+from pipelines.base.settings import Settings
 from pipelines.engine.alert_rows import alert_json
 from pipelines.engine.latency import ALERT_PREFIX, EVALUATED_PREFIX, format_triple, latency_triple
 from pipelines.engine.states import read_live_rules
-from pipelines.settings import Settings
 
 
 @dataclass

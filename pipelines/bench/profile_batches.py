@@ -2,7 +2,7 @@
 
 Usage (from the repository root, after scripts/setup.sh)::
 
-    .venv/bin/python scripts/profile_batches.py --rows 20000 --batches 3 [--conf spark.x=y ...] [--json out.json]
+    .venv/bin/python -m pipelines.bench.profile_batches --rows 20000 --batches 3 [--conf k=v ...] [--json out.json]
 
 A fresh lakehouse under .work/profile (20 rules in 4 states, 1-hour windows, 10,000 keys), a backlog of
 ``--batches`` files of ``--rows`` transactions, then the engine over it with the UI on. Prints each batch's
@@ -20,12 +20,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT))
-
-from engine_workload import add_workload_arguments, engine_lakehouse, fresh_landing, spark_with  # noqa: E402
-
-from pipelines.bench.engine_runs import run_backlog  # noqa: E402
+from pipelines.base.settings import REPO_ROOT
+from pipelines.bench.engine_runs import run_backlog
+from pipelines.bench.engine_workload import add_workload_arguments, engine_lakehouse, fresh_landing, spark_with
 
 SKIPPED_NODES = {"WholeStageCodegen", "InputAdapter", "Project", "Filter", "ColumnarToRow"}
 

@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from pyspark.sql import DataFrame, SparkSession
 
-from pipelines.settings import REPO_ROOT
+from pipelines.base.settings import REPO_ROOT
 
 HEADER = "# Databricks notebook source"
 SEPARATOR = "# COMMAND ----------"

@@ -28,8 +28,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
-from pipelines.kafka_clients import ensure_topics, spark_kafka_options
-from pipelines.settings import Settings
+from pipelines.base.kafka_clients import ensure_topics, spark_kafka_options
+from pipelines.base.settings import Settings
 from rules_cdc.apply_changes import ApplyResult, apply_records, ensure_rules_tables
 from rules_cdc.parse_events import RawRecord
 

@@ -6,7 +6,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 JARS_ENV = "FRAUDLAKE_JARS_DIR"
 _JDK17_CANDIDATES = (
     "/usr/lib/jvm/java-17-openjdk-amd64",

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from pipelines.kafka_clients import ensure_topics, python_client_config
-from pipelines.settings import Settings
+from pipelines.base.kafka_clients import ensure_topics, python_client_config
+from pipelines.base.settings import Settings
 
 OPERATORS = {
     "GREATER": ">",

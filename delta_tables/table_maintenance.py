@@ -27,9 +27,9 @@ from pyspark.sql import SparkSession
 
 from delta_tables.catalog import all_tables
 from delta_tables.table_spec import RETENTION_PROPERTY, retention_interval
-from pipelines.runtime_env import on_databricks
-from pipelines.settings import Settings
-from pipelines.spark_session import session_confs
+from pipelines.base.runtime_env import on_databricks
+from pipelines.base.settings import Settings
+from pipelines.base.spark_session import session_confs
 
 _LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
 

@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipelines.local_process import wait_until
-from pipelines.ports import free_port, port_open
-from pipelines.runtime_env import SetupMissingError
-from pipelines.settings import REPO_ROOT, Settings
+from pipelines.base.runtime_env import SetupMissingError
+from pipelines.base.settings import REPO_ROOT, Settings
+from pipelines.local.ports import free_port, port_open
+from pipelines.local.processes import wait_until
 from rules_cdc.rule_model import Rule
 
 SCHEMA_DIR = REPO_ROOT / "conf" / "rulesdb"

@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipelines.local_process import read_pid, start_daemon, stop_daemon, wait_until
-from pipelines.ports import port_open
-from pipelines.runtime_env import SetupMissingError, ensure_java_home, jars_dir, log4j2_config
-from pipelines.settings import Settings
+from pipelines.base.runtime_env import SetupMissingError, ensure_java_home, jars_dir, log4j2_config
+from pipelines.base.settings import Settings
+from pipelines.local.ports import port_open
+from pipelines.local.processes import read_pid, start_daemon, stop_daemon, wait_until
 
 _LOG_LEVELS = {
     "io.debezium": "INFO",

@@ -24,11 +24,11 @@ from delta_tables.alert_cooldown import forget_rules
 from delta_tables.bucket_state import append_tiles, delete_states
 from delta_tables.local_rows import local_frame
 from delta_tables.rule_states import RULE_STATES_SCHEMA, replace_registry
+from pipelines.base.settings import Settings
 from pipelines.engine.backfill import backfill_tiles
 from pipelines.engine.recovery import Attempt, EnginePaths, Pins
 from pipelines.engine.retention import state_horizons
 from pipelines.engine.states import RulesCache, StatePlan, StateSpec, plan_states
-from pipelines.settings import Settings
 
 DAY_MS = 86_400_000
 

@@ -1,7 +1,7 @@
 """What the engine profiling scripts share: Spark with ``--conf key=value`` items added to conf/local.yaml's, and a
 work folder with the bench's throughput workload (landing files, one per micro-batch; a lakehouse with its rules).
 
-Imported by the scripts beside it, after they put the repository root on ``sys.path``. Example::
+Imported by the profilers beside it (run as modules: ``python -m pipelines.bench.profile_handler``). Example::
 
     parser = argparse.ArgumentParser()
     add_workload_arguments(parser)
@@ -20,10 +20,10 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from pipelines.base.settings import Settings, load_settings
+from pipelines.base.spark_session import get_spark
 from pipelines.bench.engine_runs import lakehouse_for
 from pipelines.bench.workload import Workload, rule_set, transactions, write_batches
-from pipelines.settings import Settings, load_settings
-from pipelines.spark_session import get_spark
 
 
 def add_workload_arguments(parser: argparse.ArgumentParser, *, rows: int = 2000, batches: int = 8) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from pipelines.settings import Settings
+from pipelines.base.settings import Settings
 
 
 def python_client_config(settings: Settings) -> dict[str, Any]:

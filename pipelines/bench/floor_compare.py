@@ -1,6 +1,6 @@
 """The engine beside the floor of the stack, on the same files in one process: median foreachBatch seconds.
 
-Usage: .venv/bin/python scripts/floor_compare.py --rows 2000 --batches 8 [--conf k=v ...]
+Usage: .venv/bin/python -m pipelines.bench.floor_compare --rows 2000 --batches 8 [--conf k=v ...]
 (the quick inner-loop version of the bench's floor rows; see pipelines/bench/floor.py).
 """
 
@@ -9,15 +9,11 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT))
-
-from engine_workload import add_workload_arguments, engine_lakehouse, fresh_landing, spark_with  # noqa: E402
-
-from pipelines.bench.floor import FLOOR_KINDS, add_batch_seconds, run_floor  # noqa: E402
-from pipelines.engine.job import EngineRun, start_engine  # noqa: E402
+from pipelines.base.settings import REPO_ROOT
+from pipelines.bench.engine_workload import add_workload_arguments, engine_lakehouse, fresh_landing, spark_with
+from pipelines.bench.floor import FLOOR_KINDS, add_batch_seconds, run_floor
+from pipelines.engine.job import EngineRun, start_engine
 
 
 def main() -> int:

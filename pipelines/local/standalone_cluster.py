@@ -26,9 +26,9 @@ from typing import Any
 
 import pyspark
 
-from pipelines.local_process import read_pid, start_daemon, stop_processes, wait_until
-from pipelines.ports import port_open
-from pipelines.runtime_env import ensure_java_home
+from pipelines.base.runtime_env import ensure_java_home
+from pipelines.local.ports import port_open
+from pipelines.local.processes import read_pid, start_daemon, stop_processes, wait_until
 
 MASTER_PORT = 17077
 MASTER_UI_PORT = 17080

@@ -24,10 +24,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipelines.local_process import read_pid, start_daemon, stop_daemon, wait_until
-from pipelines.ports import free_port, port_open
-from pipelines.runtime_env import ensure_java_home, jar_files, jars_dir, log4j2_config
-from pipelines.settings import Settings
+from pipelines.base.runtime_env import ensure_java_home, jar_files, jars_dir, log4j2_config
+from pipelines.base.settings import Settings
+from pipelines.local.ports import free_port, port_open
+from pipelines.local.processes import read_pid, start_daemon, stop_daemon, wait_until
 
 _LOG_LEVELS = {"kafka": "INFO", "org.apache.kafka": "WARN"}
 """Logger levels of the daemon's log file (the rest: WARN and up)."""

@@ -1,4 +1,4 @@
-"""Measure a lookback's cost against its window: ``python -m pipelines.engine.bench_lookback [--keys N]``.
+"""Measure a lookback's cost against its window: ``python -m pipelines.bench.lookback_cost [--keys N]``.
 
 Builds a dense prior state (every bucket of 8 days for ``keys`` keys, with its hour and day tiles), then evaluates
 the same batch of query points with a 1-hour and a 7-day window, by the tile probes the engine uses and, for
@@ -84,8 +84,8 @@ def measure(spark: SparkSession, keys: int, per_key: int) -> list[str]:
 
 
 def main() -> None:
-    from pipelines.settings import load_settings
-    from pipelines.spark_session import get_spark
+    from pipelines.base.settings import load_settings
+    from pipelines.base.spark_session import get_spark
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--keys", type=int, default=20)

@@ -1,0 +1,1 @@
+"""Running the notebooks locally, and the helpers the notebooks call for their widgets."""
