@@ -21,11 +21,10 @@ from typing import Any
 
 from pipelines.base.kafka_clients import ensure_topics, python_client_config
 from pipelines.base.settings import Settings
-from pipelines.local.rules_database import rule_row
 from rules_cdc.envelope import Op
 from rules_cdc.plan_changes import TableView
 from rules_cdc.rule_model import Rule, RuleState
-from rules_cdc.rule_rows import rule_from_row
+from rules_cdc.rule_rows import database_row, rule_from_row
 from rules_cdc.source_position import CLI_CONNECTOR, PositionError, cli_position
 
 _lock = threading.Lock()
@@ -37,9 +36,9 @@ class PublishRefused(RuntimeError):
 
 
 def db_row(rule: Rule) -> dict[str, Any]:
-    """The rule's ``fraud_rules`` row (``rulesdb.rule_row``) as Debezium carries it (``decimal.handling.mode=string``):
+    """The rule's ``fraud_rules`` row (``database_row``) as Debezium carries it (``decimal.handling.mode=string``):
     the jsonb filter as JSON text; the limit as text, with all the places the model keeps."""
-    row = rule_row(rule)
+    row = database_row(rule)
     text = None if row["filter"] is None else json.dumps(row["filter"])
     return {**row, "limit_value": format(rule.limit, "f"), "filter": text}
 

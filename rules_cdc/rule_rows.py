@@ -1,4 +1,5 @@
-"""Rules-table rows <-> ``Rule``: the one mapping between the Delta rules table and the rule model.
+"""Rows <-> ``Rule``: the one place a rule becomes a row, of the Delta rules table or of the rules database's
+``fraud_rules`` table (``database_row``), and back.
 
 Example::
 
@@ -105,3 +106,38 @@ def live_rules(rules: DataFrame) -> DataFrame:
 def rule_snapshot_json(rule: Rule) -> str:
     """The rule as evaluated, for the alerts table: camelCase JSON with sorted keys."""
     return json.dumps(rule.to_json_dict(), sort_keys=True, separators=(",", ":"))
+
+
+DATABASE_COLUMNS = (
+    "rule_id",
+    "rule_name",
+    "rule_state",
+    "grouping_key_names",
+    "aggregate_field_name",
+    "aggregator_function_type",
+    "limit_operator_type",
+    "limit_value",
+    "window_minutes",
+    "filter",
+    "cooldown_minutes",
+    "disabled",
+)
+"""The ``fraud_rules`` columns a rule fills (``updated_at`` is the database's own)."""
+
+
+def database_row(rule: Rule) -> dict[str, Any]:
+    """A validated rule as a ``fraud_rules`` row (snake_case; the filter as JSON)."""
+    return {
+        "rule_id": rule.rule_id,
+        "rule_name": rule.rule_name,
+        "rule_state": rule.rule_state.value,
+        "grouping_key_names": list(rule.grouping_key_names),
+        "aggregate_field_name": rule.aggregate_field_name,
+        "aggregator_function_type": rule.aggregator_function_type.value,
+        "limit_operator_type": rule.limit_operator_type.value,
+        "limit_value": format(rule.limit.normalize(), "f"),
+        "window_minutes": rule.window_minutes,
+        "filter": json.loads(rule.filter_json) if rule.filter_json else None,
+        "cooldown_minutes": rule.cooldown_minutes,
+        "disabled": rule.disabled,
+    }

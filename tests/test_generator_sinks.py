@@ -17,10 +17,10 @@ import pytest
 import yaml
 from kafka import KafkaConsumer
 from kafka.admin import KafkaAdminClient
-from pipelines.generator.sinks import FileSink, RatePlan, run
 
 from pipelines.base.settings import DEFAULT_CONF, REPO_ROOT, Settings
 from pipelines.cli import main
+from pipelines.generator.sinks import FileSink, RatePlan, run
 from pipelines.generator.transactions import FraudRates, GeneratorConfig, Transaction, TransactionGenerator, generate
 from pipelines.local.kafka_broker import KafkaBroker
 

@@ -33,8 +33,6 @@ from typing import Any
 import pytest
 from engine_fixtures import json_line
 from kafka import KafkaConsumer, KafkaProducer
-from pipelines.generator.sinks import KafkaSink, RatePlan
-from pipelines.generator.sinks import run as send_records
 from polling import wait_for
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -48,6 +46,8 @@ from pipelines.dashboard.alerts_tail import TailedAlert, TailOptions, format_ale
 from pipelines.engine.job import EngineRun, start_engine
 from pipelines.engine.latency import format_latency, latency_metrics
 from pipelines.engine.run_summary import batch_latencies
+from pipelines.generator.sinks import KafkaSink, RatePlan
+from pipelines.generator.sinks import run as send_records
 from pipelines.generator.transactions import PATTERNS, FraudRates, GeneratorConfig, Transaction, TransactionGenerator
 from pipelines.local.kafka_broker import KafkaBroker
 from rules_cdc.apply_changes import read_view

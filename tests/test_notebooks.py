@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 from chispa import assert_df_equality
 from engine_fixtures import alerts_by_id, put_rules
-from pipelines.generator.sinks import FileSink
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from reference_evaluator import RefBatch, evaluate
@@ -22,6 +21,7 @@ from delta_tables.catalog import all_tables, init_lakehouse
 from pipelines.base.settings import REPO_ROOT, Settings, load_settings
 from pipelines.cli import main
 from pipelines.engine.keys import encode_key
+from pipelines.generator.sinks import FileSink
 from pipelines.generator.transactions import GeneratorConfig, TransactionGenerator
 from pipelines.notebook_tools.runner import (
     HEADER,

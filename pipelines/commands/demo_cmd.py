@@ -11,7 +11,6 @@ to alerts committed, p50/p95/p99 over every live transaction (``pipelines.bench.
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import shutil
@@ -27,8 +26,7 @@ from pipelines.bench.live_latency import format_live, run_live
 from pipelines.commands.context import settings_from, spark_from
 from pipelines.engine.job import EngineRun, run_engine
 from pipelines.engine.run_summary import engine_summary, format_summary
-from pipelines.generator.transactions import FraudRates, GeneratorConfig, TransactionGenerator
-from pipelines.generator.sinks import FileSink
+from pipelines.generator.landing import generate_landing
 from rules_cdc.manage import edit_rules
 from rules_cdc.rule_model import Rule, parse_rule
 
@@ -52,34 +50,6 @@ def load_rules(spark: SparkSession, settings: Settings, path: Path = SAMPLE_RULE
     rules = [parse_rule(item, settings.transaction_schema) for item in json.loads(path.read_text())]
     edit_rules(spark, settings, "upsert", rules=rules)
     return rules
-
-
-def generate_landing(settings: Settings, *, count: int, files: int, fraud_rate: float, seed: int) -> dict[str, int]:
-    """About ``count`` transactions ending about now, in ``files`` landing files, two of them malformed."""
-    events_per_second = 2.0  # ~33 minutes of event time for 4000: every pattern's episode fits in it
-    start_ms = int(time.time() * 1000) - int(count / events_per_second * 1000)
-    config = GeneratorConfig(
-        seed=seed,
-        start_ms=start_ms,
-        events_per_second=events_per_second,
-        payers=500,
-        beneficiaries=2000,
-        fraud=FraudRates.split(fraud_rate),
-    )
-    generator = TransactionGenerator(config)
-    records = [*itertools.islice(generator, count), *generator.drain()]  # drain: the episodes in progress
-    landing = Path(settings.landing_path("transactions"))
-    sink = FileSink(landing, records_per_file=-(-len(records) // files))
-    for record in records:
-        sink.send(record)
-    sink.close()
-    # Two malformed records, in the last file: they go to quarantine, the rest of that batch goes on.
-    last = sink.files[-1]
-    with last.open("a", encoding="utf-8") as out:
-        out.write(
-            '{"transactionId": "broken", "eventTime": \n{"transactionId": "no-amount", "eventTime": 1700000000000}\n'
-        )
-    return dict(generator.episodes)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -12,8 +12,8 @@ import time
 from typing import Any
 
 from pipelines.commands.context import settings_from
-from pipelines.generator.transactions import FraudRates, GeneratorConfig, TransactionGenerator
 from pipelines.generator.sinks import FileSink, KafkaSink, RatePlan, Sink, run, stop_on_signals
+from pipelines.generator.transactions import FraudRates, GeneratorConfig, TransactionGenerator
 
 DEFAULT_RATE = 10.0
 

@@ -25,11 +25,11 @@ from typing import Any, Literal, Protocol
 
 from pipelines.base.runtime_env import SetupMissingError
 from pipelines.base.settings import Settings
-from pipelines.local.rules_database import ROW_COLUMNS, RULES_TABLE, RulesDb, rule_row
+from pipelines.local.rules_database import RULES_TABLE, RulesDb
 from rules_cdc.plan_changes import TableView
 from rules_cdc.publisher import PublishRefused, edit_events, publish
 from rules_cdc.rule_model import Rule, RuleState
-from rules_cdc.rule_rows import rule_from_row
+from rules_cdc.rule_rows import DATABASE_COLUMNS, database_row, rule_from_row
 from rules_cdc.source_position import pg_position
 
 Action = Literal["create", "update", "pause", "resume", "delete"]
@@ -120,13 +120,13 @@ class RulesDbWriter:
         table = sql.Identifier(RULES_TABLE)
         if action in ("create", "update"):
             assert rule is not None
-            columns = sql.SQL(", ").join(sql.Identifier(c) for c in ROW_COLUMNS)
-            values = sql.SQL(", ").join(sql.SQL(_CASTS.get(c, "%s")) for c in ROW_COLUMNS)
+            columns = sql.SQL(", ").join(sql.Identifier(c) for c in DATABASE_COLUMNS)
+            values = sql.SQL(", ").join(sql.SQL(_CASTS.get(c, "%s")) for c in DATABASE_COLUMNS)
             conflict: sql.Composable = sql.SQL("DO NOTHING")
             if action == "update":
                 conflict = sql.SQL("DO UPDATE SET ") + sql.SQL(", ").join(
                     sql.SQL("{} = excluded.{}").format(sql.Identifier(c), sql.Identifier(c))
-                    for c in ROW_COLUMNS
+                    for c in DATABASE_COLUMNS
                     if c != "rule_id"
                 )
             statement = sql.SQL("INSERT INTO {} ({}) VALUES ({}) ON CONFLICT (rule_id) ").format(table, columns, values)
@@ -161,9 +161,9 @@ _CASTS = {"grouping_key_names": "%s::text[]", "limit_value": "%s::numeric", "fil
 def _row_values(rule: Rule) -> list[Any]:
     import json
 
-    row = rule_row(rule)
+    row = database_row(rule)
     row["filter"] = json.dumps(row["filter"]) if row["filter"] is not None else None
-    return [row[c] for c in ROW_COLUMNS]
+    return [row[c] for c in DATABASE_COLUMNS]
 
 
 class TopicWriter:

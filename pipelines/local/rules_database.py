@@ -27,13 +27,13 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from pipelines.base.runtime_env import SetupMissingError
 from pipelines.base.settings import REPO_ROOT, Settings
 from pipelines.local.ports import free_port, port_open
 from pipelines.local.processes import wait_until
 from rules_cdc.rule_model import Rule
+from rules_cdc.rule_rows import DATABASE_COLUMNS, database_row
 
 SCHEMA_DIR = REPO_ROOT / "conf" / "rulesdb"
 RULES_TABLE = "fraud_rules"
@@ -250,14 +250,14 @@ class RulesDb:
 
     def upsert_rules(self, rules: Iterable[Rule]) -> int:
         """Insert or update rules in ``fraud_rules`` (one statement, so one transaction); return their count."""
-        rows = [rule_row(rule) for rule in rules]
+        rows = [database_row(rule) for rule in rules]
         if not rows:
             return 0
         document = json.dumps(rows)
         if "$rules$" in document:
             raise RulesDbError("a rule contains the text '$rules$', which this loader cannot quote")
-        columns = ", ".join(ROW_COLUMNS)
-        updates = ", ".join(f"{c} = excluded.{c}" for c in ROW_COLUMNS if c != "rule_id")
+        columns = ", ".join(DATABASE_COLUMNS)
+        updates = ", ".join(f"{c} = excluded.{c}" for c in DATABASE_COLUMNS if c != "rule_id")
         self.sql(
             f"INSERT INTO {RULES_TABLE} ({columns}) SELECT {columns} "
             f"FROM jsonb_populate_recordset(NULL::{RULES_TABLE}, $rules${document}$rules$::jsonb) "
@@ -355,41 +355,6 @@ class RulesDb:
         exists = self.psql(["-c", f"SELECT 1 FROM pg_database WHERE datname = '{self.database}'"], database="postgres")
         if not exists.strip():
             self.psql(["-c", f'CREATE DATABASE "{self.database}"'], database="postgres")
-
-
-ROW_COLUMNS = (
-    "rule_id",
-    "rule_name",
-    "rule_state",
-    "grouping_key_names",
-    "aggregate_field_name",
-    "aggregator_function_type",
-    "limit_operator_type",
-    "limit_value",
-    "window_minutes",
-    "filter",
-    "cooldown_minutes",
-    "disabled",
-)
-"""The ``fraud_rules`` columns a rule fills (``updated_at`` is the database's own)."""
-
-
-def rule_row(rule: Rule) -> dict[str, Any]:
-    """A validated rule as a ``fraud_rules`` row (snake_case; the filter as JSON)."""
-    return {
-        "rule_id": rule.rule_id,
-        "rule_name": rule.rule_name,
-        "rule_state": rule.rule_state.value,
-        "grouping_key_names": list(rule.grouping_key_names),
-        "aggregate_field_name": rule.aggregate_field_name,
-        "aggregator_function_type": rule.aggregator_function_type.value,
-        "limit_operator_type": rule.limit_operator_type.value,
-        "limit_value": format(rule.limit.normalize(), "f"),
-        "window_minutes": rule.window_minutes,
-        "filter": json.loads(rule.filter_json) if rule.filter_json else None,
-        "cooldown_minutes": rule.cooldown_minutes,
-        "disabled": rule.disabled,
-    }
 
 
 def schema_files(folder: Path = SCHEMA_DIR) -> list[tuple[int, Path]]:
