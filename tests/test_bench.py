@@ -19,7 +19,7 @@ from pipelines.bench.report import Chart, Report, Table, write_report
 from pipelines.bench.scenarios import Plan, Results, merge
 from pipelines.bench.sliding_window import SlidingWindowResult
 from pipelines.bench.state_size import StateSize, engine_state_matches, steady_state_sizes
-from pipelines.bench.summary import build_report
+from pipelines.bench.summary import BENCHMARKS_DOC, PROFILE_SECTION, build_report, profile_notes
 from pipelines.bench.workload import Workload, transactions
 from pipelines.engine.batch_handler import BatchHandler
 from pipelines.engine.keys import encode_key
@@ -150,6 +150,22 @@ def test_report_has_a_table_per_scenario_the_targets_and_charts(tmp_path: Path) 
     pngs = [p for p in written if p.suffix == ".png"]
     assert pngs and all(p.stat().st_size > 1000 for p in pngs)
     assert "](c/windows.png)" in text
+
+
+def test_profile_notes_are_the_docs_prose_carried_into_the_report_unchanged(tmp_path: Path) -> None:
+    """The profile section is prose kept in docs/benchmarks.md; a report built with it renders it as the doc has it."""
+    notes = profile_notes(BENCHMARKS_DOC)
+    assert len(notes) == 1 and notes[0].count("\n\n") >= 5  # one block of several paragraphs
+    assert "How it was profiled" in notes[0] and "**Before**" in notes[0] and "What is left at 50,000 rows" in notes[0]
+    write_report(build_report(Results(plan=Plan.quick()), profile=notes), tmp_path / "b.md", chart_dir=tmp_path / "c")
+    doc, written = BENCHMARKS_DOC.read_text(), (tmp_path / "b.md").read_text()
+    heading = f"## {PROFILE_SECTION}\n"
+    assert written.split(heading, 1)[1] == doc.split(heading, 1)[1]  # the last section of both, byte for byte
+    assert profile_notes(tmp_path / "b.md") == notes  # so a report written over the doc keeps it for the next run
+    (tmp_path / "none.md").write_text("# r\n\n## Targets\n\nno notes\n")
+    assert profile_notes(tmp_path / "none.md") == profile_notes(tmp_path / "missing.md") == []
+    write_report(build_report(Results(plan=Plan.quick())), tmp_path / "n.md", chart_dir=tmp_path / "c")
+    assert PROFILE_SECTION not in (tmp_path / "n.md").read_text()
 
 
 def test_steady_state_sizes_count_every_event_and_one_tile_per_minute_hour_and_day(

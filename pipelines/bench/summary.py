@@ -1,66 +1,59 @@
-"""Benchmark results -> the report: one table per scenario, charts, and the targets met or not.
+"""Benchmark results -> the report: the targets met or not, then one section per scenario (tables and charts,
+``pipelines.bench.sections``), then the profile notes.
+
+The profile notes are prose, kept in ``docs/benchmarks.md`` itself (its section "Profile of the hot path and what was
+done", edited by hand like any document): ``fraudlake bench`` reads that section from the document and writes it
+into the report it generates unchanged, so a new run replaces the figures and keeps the text.
 
 Example::
 
-    write_report(build_report(results), Path("docs/benchmarks.md"), chart_dir=Path("docs/benchmarks"))
+    notes = profile_notes(BENCHMARKS_DOC)
+    write_report(build_report(results, profile=notes), Path("docs/benchmarks.md"), chart_dir=Path("docs/benchmarks"))
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
+from pipelines.base.settings import REPO_ROOT
 from pipelines.bench.report import Report
 from pipelines.bench.scenarios import Results
-from pipelines.bench.sections.baselines import _baselines
-from pipelines.bench.sections.latency import _latency
-from pipelines.bench.sections.memory import _memory
-from pipelines.bench.sections.scaling import _sharing, _windows
-from pipelines.bench.sections.state_sizes import _state_sizes
-from pipelines.bench.sections.targets import _targets
-from pipelines.bench.sections.throughput import _throughput
+from pipelines.bench.sections.baselines import add_baselines
+from pipelines.bench.sections.latency import add_latency
+from pipelines.bench.sections.memory import add_memory
+from pipelines.bench.sections.scaling import add_sharing, add_windows
+from pipelines.bench.sections.state_sizes import add_state_sizes
+from pipelines.bench.sections.targets import measure_targets
+from pipelines.bench.sections.throughput import add_throughput
 
-PROFILE_NOTES: list[str] = [
-    "How it was profiled: `pipelines.bench.profile_handler` runs the batch handler over prepared batches in one"
-    " process with the Spark UI on and lists per batch the Spark jobs and SQL executions (UI REST API), the"
-    " Delta commits, the per-step timings of `batch_log.metrics` and, with `--cprofile`/`--jfr`, the Python and JVM"
-    " hot spots; `pipelines.bench.floor_compare` times the engine and the append+MERGE floor on the same files in the"
-    " same process (the ratio is what survives a noisy machine).",
-    "**Before** (issue 13's baseline, 20 rules in 4 states, 10,000 keys): 15.6 s per 2,000-row batch, 22.9 s per"
-    " 50,000-row batch (2,068 tx/s at best), ~40 Spark executions and ~7 Delta commits per batch, alerts 39 s"
-    " (p50) after ingestion at 1,000 tx/s. The three biggest costs at 2,000 rows:",
-    "1. **The evaluation: 8.6 s (55%).** A shuffle join of every (transaction, rule) row with its lookback"
-    " ranges, a sort per running window, and every sum and comparison in decimal(38,6) (Java BigDecimal, Spark's"
-    " slow path beyond 18 digits); the prior state was re-read from Delta by every batch.",
-    "2. **The state MERGE: 3.6 s (23%)**, and its snapshot jobs: Delta materialized the batch's tiles, joined them"
-    " with the state to find the touched files, rewrote them with deletion vectors; each batch paid it whatever"
-    " its size.",
-    "3. **Fixed cost around them: 3.4 s (22%)** of intent, ledger and batch-log commits, each a Delta commit"
-    " with its own snapshot job, plus ~40 executions' plan building (adaptive execution doubling the stages).",
-    "**After**, each measured before and after in one process: (1) the hot path runs in exact 64-bit units"
-    " (millionths; ANSI overflow detected and the batch replayed in decimal(38,0) units, `pipelines.engine.units`);"
-    " every keyed frame of a batch and the state held on the executors share one hash layout by (state, key), so"
-    " the evaluation's joins and window sorts need no shuffle but the probes' (`buckets.co_partitioned`);"
-    " the rules fan out after the lookback, on the few columns the limit check needs; xxhash64 window keys;"
-    " adaptive execution off for micro-batches (44 -> 24 stages). (2) The state is append-only: a batch appends its"
-    " partial tiles, lookbacks sum them, compaction folds them on the retention cadence (idempotent, tagged), and"
-    " the folded state stays cached on the executors between batches (`table_cache`), so no batch re-reads it."
-    " (3) One commit tag per write in `commitInfo.userMetadata` replaces the ledger table and the txnAppId"
-    " snapshot job; no-op writes are skipped; counts come from the cached parse, not extra actions: ~12"
-    " executions and 3 commits per batch without alerts. Together: 2,000-row batches 15.6 s -> ~2.1 s (1.7x the"
-    " append+MERGE floor), 50,000 rows 22.9 s -> ~3.7 s"
-    " (2.7-3.3x the floor across runs: not within 2x; >13,000 tx/s), p50 alert latency at"
-    " 2,000 tx/s under 3 s (the tables above have this run's figures).",
-    "What is left at 50,000 rows (profile of the evaluation stage, ~8.5 s of task time of ~14 s per batch): the"
-    " range join of the probes with the cached tiles (~700,000 rows at a 1-hour window) and the range"
-    " aggregation (~2.7 s), the rule fan-out, the parse and batch statistics (~1.2 s), the bronze append (~0.6 s)"
-    " and the state append (~1 s). Tried and not kept: a 4 MB page size (no effect), a C1-only JIT (much slower"
-    " once warm). The cached state grows with keys x tiles (e.g. 10,000 keys x 4 states x ~63 tiles = 2.5 million"
-    " rows at a 1-hour window): the range join's cost grows with it, not with the batch.",
-]
-"""Paragraphs on the profile and the fixes made, rendered at the end of the report."""
+PROFILE_SECTION = "Profile of the hot path and what was done"
+BENCHMARKS_DOC = REPO_ROOT / "docs" / "benchmarks.md"
+"""Where the profile notes are written (as prose, by hand) and read from."""
+
+
+def profile_notes(doc: Path) -> list[str]:
+    """The body of ``doc``'s profile section (``## PROFILE_SECTION`` up to the next ``## `` heading) as one block of
+    Markdown, or ``[]`` when the document or the section is missing.
+
+    Example::
+
+        build_report(results, profile=profile_notes(BENCHMARKS_DOC))   # the section as docs/benchmarks.md has it
+    """
+    if not doc.is_file():
+        return []
+    lines = doc.read_text(encoding="utf-8").splitlines()
+    heading = f"## {PROFILE_SECTION}"
+    if heading not in lines:
+        return []
+    start = lines.index(heading) + 1
+    end = next((i for i in range(start, len(lines)) if lines[i].startswith("## ")), len(lines))
+    body = "\n".join(lines[start:end]).strip()
+    return [body] if body else []
 
 
 def build_report(results: Results, *, profile: Sequence[str] = ()) -> Report:
+    """The report of a bench run; ``profile``: the paragraphs of its last section (``profile_notes``), if any."""
     plan = results.plan
     report = Report(
         title="fraudlake benchmarks",
@@ -78,15 +71,15 @@ def build_report(results: Results, *, profile: Sequence[str] = ()) -> Report:
     )
     if "runs" in results.machine:
         report.preamble += ["", f"This report merges {results.machine['runs']}."]
-    report.targets = _targets(results)
-    _throughput(report, results)
-    _windows(report, results)
-    _sharing(report, results)
-    _baselines(report, results)
-    _state_sizes(report, results)
-    _latency(report, results)
-    _memory(report, results)
+    report.targets = measure_targets(results)
+    add_throughput(report, results)
+    add_windows(report, results)
+    add_sharing(report, results)
+    add_baselines(report, results)
+    add_state_sizes(report, results)
+    add_latency(report, results)
+    add_memory(report, results)
     if profile:
-        section = report.section("Profile of the hot path and what was done")
+        section = report.section(PROFILE_SECTION)
         section.text.extend(profile)
     return report

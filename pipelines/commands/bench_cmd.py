@@ -43,7 +43,7 @@ def register(subparsers: Any, parent: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pipelines.bench.report import write_report
     from pipelines.bench.scenarios import SCENARIOS, Plan, merge, run_all
-    from pipelines.bench.summary import PROFILE_NOTES, build_report
+    from pipelines.bench.summary import BENCHMARKS_DOC, build_report, profile_notes
 
     settings = settings_from(args)
     work = Path(args.work or Path(settings.work_dir) / "bench").resolve()  # Delta paths must be absolute
@@ -66,7 +66,9 @@ def run(args: argparse.Namespace) -> int:
         )
     output = Path(args.output)
     charts = Path(args.charts) if args.charts else output.parent / "benchmarks"
-    for path in write_report(build_report(results, profile=PROFILE_NOTES), output, chart_dir=charts):
+    # The profile notes are prose kept in docs/benchmarks.md: read before the report (maybe that file) is rewritten.
+    profile = profile_notes(BENCHMARKS_DOC)
+    for path in write_report(build_report(results, profile=profile), output, chart_dir=charts):
         print(f"bench: wrote {path}")
     return 0
 

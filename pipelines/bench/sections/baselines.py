@@ -6,7 +6,7 @@ from pipelines.bench.report import Chart, Report, Table, fmt, fmt_bytes, ratio
 from pipelines.bench.scenarios import Results
 
 
-def _baselines(report: Report, results: Results) -> None:
+def add_baselines(report: Report, results: Results) -> None:
     if not results.baselines:
         return
     section = report.section("Against the baselines: per-event state and Spark sliding windows")

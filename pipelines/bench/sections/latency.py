@@ -6,7 +6,7 @@ from pipelines.bench.report import Report, Table, fmt
 from pipelines.bench.scenarios import Results
 
 
-def _latency(report: Report, results: Results) -> None:
+def add_latency(report: Report, results: Results) -> None:
     if not results.live:
         return
     section = report.section("Ingestion-to-alert latency (continuous, fixed input rate)")

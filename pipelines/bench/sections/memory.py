@@ -6,7 +6,7 @@ from pipelines.bench.report import Chart, Report, Table, fmt
 from pipelines.bench.scenarios import Results
 
 
-def _memory(report: Report, results: Results) -> None:
+def add_memory(report: Report, results: Results) -> None:
     if not results.heap:
         return
     section = report.section("Driver memory")

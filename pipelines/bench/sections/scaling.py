@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pipelines.bench.report import Chart, Report, Table, fmt, fmt_bytes, ratio
 from pipelines.bench.scenarios import Results
-from pipelines.bench.sections.labels import _window_label
-from pipelines.bench.sections.throughput import _run_cells
+from pipelines.bench.sections.labels import window_label
+from pipelines.bench.sections.throughput import run_cells
 
 
-def _windows(report: Report, results: Results) -> None:
+def add_windows(report: Report, results: Results) -> None:
     if not results.windows:
         return
     plan = results.plan
@@ -24,8 +24,8 @@ def _windows(report: Report, results: Results) -> None:
     for window, r in sorted(results.windows.items()):
         rows.append(
             [
-                _window_label(window),
-                *_run_cells(r),
+                window_label(window),
+                *run_cells(r),
                 fmt(r.state_rows),
                 ratio(base.steps.get("evaluate", 0), r.steps.get("evaluate", 0)) if base else "-",
             ]
@@ -56,12 +56,12 @@ def _windows(report: Report, results: Results) -> None:
                 ]
             },
             kind="bar",
-            xticks=[_window_label(w) for w in sorted(results.windows)],
+            xticks=[window_label(w) for w in sorted(results.windows)],
         )
     )
 
 
-def _sharing(report: Report, results: Results) -> None:
+def add_sharing(report: Report, results: Results) -> None:
     if not results.sharing:
         return
     section = report.section("Rules sharing state")
@@ -72,7 +72,7 @@ def _sharing(report: Report, results: Results) -> None:
     rows = [
         [
             f"{states} state" + ("s" if states > 1 else ""),
-            *_run_cells(r),
+            *run_cells(r),
             fmt(r.state_rows),
             fmt_bytes(r.state_bytes),
             ratio(one.state_rows, r.state_rows) if one else "-",

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pipelines.bench.report import Chart, Report, Table, fmt, fmt_bytes
 from pipelines.bench.scenarios import Results
-from pipelines.bench.sections.labels import _window_label
+from pipelines.bench.sections.labels import window_label
 
 
-def _state_sizes(report: Report, results: Results) -> None:
+def add_state_sizes(report: Report, results: Results) -> None:
     if not results.state_sizes:
         return
     section = report.section("State size at steady state (a full window of input)")
@@ -25,7 +25,7 @@ def _state_sizes(report: Report, results: Results) -> None:
     )
     rows = [
         [
-            _window_label(r.window_minutes),
+            window_label(r.window_minutes),
             f"{r.per_minute} tx/key/min",
             fmt(r.transactions),
             fmt(r.engine_rows),
@@ -63,7 +63,7 @@ def _state_sizes(report: Report, results: Results) -> None:
         section.charts.append(
             Chart(
                 f"state_steady_{window}m",
-                f"state size at steady state, {_window_label(window)} window",
+                f"state size at steady state, {window_label(window)} window",
                 "tx per key per minute",
                 "bytes",
                 {

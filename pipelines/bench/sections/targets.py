@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from pipelines.bench.report import Target
 from pipelines.bench.scenarios import DAY_MINUTES, Results
-from pipelines.bench.sections.labels import _engine_label, _parse, _window_label
-from pipelines.bench.sections.throughput import _floor_ratio
+from pipelines.bench.sections.labels import engine_label, parse_label, window_label
+from pipelines.bench.sections.throughput import floor_ratio
 
 
-def _targets(results: Results) -> list[Target]:
+def measure_targets(results: Results) -> list[Target]:
     targets = []
     for batch in (2_000, 50_000):
-        label = _engine_label(results, rules=20, batch=batch)
-        r = None if label is None else _floor_ratio(results, label)
+        label = engine_label(results, rules=20, batch=batch)
+        r = None if label is None else floor_ratio(results, label)
         engine = None if label is None else results.throughput[label]
         floor = None if label is None else results.floors.get(label, {}).get("append+merge")
         targets.append(
@@ -29,7 +29,7 @@ def _targets(results: Results) -> list[Target]:
         (
             r.sustained_tps
             for label, r in results.throughput.items()
-            if _parse(label)["rules"] == 20 and _parse(label)["keys"] == 10_000
+            if parse_label(label)["rules"] == 20 and parse_label(label)["keys"] == 10_000
         ),
         default=None,
     )
@@ -54,7 +54,7 @@ def _targets(results: Results) -> list[Target]:
                 None if live is None else live.rate >= 2_000 and live.p50 < 3 and live.p99 < 6,
             )
         )
-    few, many = (_engine_label(results, rules=n, batch=results.plan.batch_rows) for n in (20, 100))
+    few, many = (engine_label(results, rules=n, batch=results.plan.batch_rows) for n in (20, 100))
     if few and many:
         a, b = results.throughput[few], results.throughput[many]
         r = b.median_foreach_seconds / a.median_foreach_seconds
@@ -82,7 +82,7 @@ def _targets(results: Results) -> list[Target]:
                 "bucket state vs per-event state at ≥ 10 tx/key/min (a full window)",
                 "≥ 10x smaller",
                 f"{worst.whole_bytes_ratio:.1f}x smaller in bytes than whole transactions kept per key (the seeds'"
-                f" design) at worst ({worst.per_minute} tx/key/min, {_window_label(worst.window_minutes)});"
+                f" design) at worst ({worst.per_minute} tx/key/min, {window_label(worst.window_minutes)});"
                 f" {lean.bytes_ratio:.1f}x than our lean per-event rows (value only), {lean.rows_ratio:.1f}x in rows",
                 worst.whole_bytes_ratio >= 10,
             )

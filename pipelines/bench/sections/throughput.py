@@ -7,10 +7,10 @@ from collections.abc import Callable
 from pipelines.bench.engine_runs import BacklogResult
 from pipelines.bench.report import Chart, Report, Table, fmt, fmt_bytes
 from pipelines.bench.scenarios import Results
-from pipelines.bench.sections.labels import _parse
+from pipelines.bench.sections.labels import parse_label
 
 
-def _floor_ratio(results: Results, label: str) -> float | None:
+def floor_ratio(results: Results, label: str) -> float | None:
     """The engine's median foreachBatch over the append+MERGE floor's, on the same files in the same run."""
     floor = results.floors.get(label, {}).get("append+merge")
     engine = results.throughput.get(label)
@@ -19,10 +19,10 @@ def _floor_ratio(results: Results, label: str) -> float | None:
     return engine.median_foreach_seconds / floor.median_batch_seconds
 
 
-def _backlog_row(label: str, result: BacklogResult, results: Results | None = None) -> list[str]:
+def backlog_row(label: str, result: BacklogResult, results: Results | None = None) -> list[str]:
     floors = results.floors.get(label, {}) if results else {}
     merge_floor, append_floor = floors.get("append+merge"), floors.get("append")
-    ratio_ = _floor_ratio(results, label) if results else None
+    ratio_ = floor_ratio(results, label) if results else None
     return [
         label,
         fmt(result.rows),
@@ -39,7 +39,7 @@ def _backlog_row(label: str, result: BacklogResult, results: Results | None = No
     ]
 
 
-def _run_cells(result: BacklogResult) -> list[str]:
+def run_cells(result: BacklogResult) -> list[str]:
     """tx/s sustained, median batch s, evaluate ms."""
     return [fmt(result.sustained_tps), fmt(result.median_foreach_seconds, 2), fmt(result.steps.get("evaluate"), 0)]
 
@@ -60,7 +60,7 @@ BACKLOG_COLUMNS = [
 ]
 
 
-def _throughput(report: Report, results: Results) -> None:
+def add_throughput(report: Report, results: Results) -> None:
     section = report.section("Throughput (`--once` over a prepared backlog)")
     section.text.append(
         "Each run: a fresh lakehouse, rules in 1 state per 5 rules (1-hour windows), the backlog as JSON-lines files"
@@ -75,12 +75,16 @@ def _throughput(report: Report, results: Results) -> None:
     }
     for axis, keep in groups.items():
         rows = sorted(
-            ((_parse(label)[axis], label, r) for label, r in results.throughput.items() if keep(_parse(label))),
+            (
+                (parse_label(label)[axis], label, r)
+                for label, r in results.throughput.items()
+                if keep(parse_label(label))
+            ),
             key=lambda item: item[0],
         )
         if not rows:
             continue
-        section.tables.append(Table(f"by {axis}", BACKLOG_COLUMNS, [_backlog_row(lb, r, results) for _, lb, r in rows]))
+        section.tables.append(Table(f"by {axis}", BACKLOG_COLUMNS, [backlog_row(lb, r, results) for _, lb, r in rows]))
         section.charts.append(
             Chart(
                 f"throughput_{axis}",
@@ -94,9 +98,9 @@ def _throughput(report: Report, results: Results) -> None:
         (
             r
             for label, r in results.throughput.items()
-            if _parse(label)["rules"] == 20
-            and _parse(label)["keys"] == results.plan.base_keys
-            and _parse(label)["batch"] == results.plan.batch_rows
+            if parse_label(label)["rules"] == 20
+            and parse_label(label)["keys"] == results.plan.base_keys
+            and parse_label(label)["batch"] == results.plan.batch_rows
         ),
         None,
     )
