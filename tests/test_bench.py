@@ -18,7 +18,7 @@ from pipelines.bench.per_event import PerEventHandler
 from pipelines.bench.report import Chart, Report, Table, write_report
 from pipelines.bench.scenarios import Plan, Results, merge
 from pipelines.bench.sliding_window import SlidingWindowResult
-from pipelines.bench.state_size import StateSize, engine_state_matches, steady_state_sizes
+from pipelines.bench.state_size import StateSize, engine_state_mismatches, steady_state_sizes
 from pipelines.bench.summary import BENCHMARKS_DOC, PROFILE_SECTION, build_report, profile_notes
 from pipelines.bench.workload import Workload, transactions
 from pipelines.engine.batch_handler import BatchHandler
@@ -72,7 +72,7 @@ def test_per_event_baseline_alerts_equal_the_engine_on_bucket_aligned_data(
     assert alerts_by_id(spark, settings) == expected
     # The state the engine built batch by batch is tiles() of every event: what state_size builds in one go; and
     # both are the tiles computed in plain Python.
-    assert engine_state_matches(spark, settings.table_path("bucket_state"), per_event.events_path) == 0
+    assert engine_state_mismatches(spark, settings.table_path("bucket_state"), per_event.events_path) == 0
     assert folded_state(spark, settings) == independent_tiles([r for b in _batches() for r in b], rules)
     assert sum(per_event.batch_rows) == 36 + sum(1 for b in _batches() for r in b if r["paymentType"] == "CRD")
 

@@ -42,7 +42,7 @@ from pipelines.bench.floor import FLOOR_KINDS, FloorResult, run_floor
 from pipelines.bench.live_latency import LiveResult, format_live, run_live
 from pipelines.bench.per_event import PerEventHandler
 from pipelines.bench.sliding_window import SlidingWindowResult, run_sliding_window
-from pipelines.bench.state_size import StateSize, engine_state_matches, steady_state_sizes
+from pipelines.bench.state_size import StateSize, engine_state_mismatches, steady_state_sizes
 from pipelines.bench.workload import START_MS, Workload, rule_set, transactions, write_batches
 from pipelines.engine.buckets import tiles
 from pipelines.engine.sources import read_files
@@ -336,7 +336,7 @@ class Runner:
             query.awaitTermination()
             per_event_wall = time.monotonic() - started
             events_rows, events_bytes = table_size(self.spark, per_event.events_path)
-            state_mismatched = engine_state_matches(
+            state_mismatched = engine_state_mismatches(
                 self.spark, settings.table_path("bucket_state"), per_event.events_path
             )
             ours_alerts = self.spark.read.format("delta").load(settings.table_path("alerts"))

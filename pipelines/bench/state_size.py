@@ -3,8 +3,8 @@
 A streaming run long enough to fill a 1-day window at 10 transactions per key per minute would take hours here,
 so both states are *built* from the same input in one Spark job each, exactly as the two designs hold them:
 
-* engine: ``tiles(tag_rows(input))`` — what the bucket state holds once every batch is MERGEd (the baselines
-  scenario checks this equality on a real engine run: ``engine_state_matches``);
+* engine: ``tiles(tag_rows(input))`` — what the bucket state holds, folded, once every batch has appended its
+  tiles (the baselines scenario checks this equality on a real engine run: ``engine_state_mismatches``);
 * per-event, lean: the tagged rows themselves (``per_event.EVENTS_SCHEMA``: state, key, time, id, value), every
   event of the window — what our per-event baseline keeps;
 * per-event, as the seeds keep it: every whole transaction of the window under its key (the Flink demo's
@@ -135,7 +135,7 @@ def steady_state_sizes(
     )
 
 
-def engine_state_matches(spark: SparkSession, bucket_state_path: str, events_path: str) -> int:
+def engine_state_mismatches(spark: SparkSession, bucket_state_path: str, events_path: str) -> int:
     """Rows that differ between the engine's bucket state and ``tiles`` of the per-event baseline's events (the
     same input): 0 when the state the engine built batch by batch is the one ``steady_state_sizes`` builds."""
     events = spark.read.format("delta").load(events_path)
