@@ -32,13 +32,15 @@ def connector(
     settings: Settings, db: RulesDb, *, name: str, topic: str, overrides: Mapping[str, str] | None = None
 ) -> dict[str, Any]:
     """The connector of conf/connect/rules-postgres.properties for ``db``, writing to ``topic``, with its own
-    name, slot and topic prefix (so that several can share one worker and one cluster)."""
+    name, slot and topic prefix (so that several can share one worker and one cluster). It logs in as
+    ``fraudlake_debezium``, its password a reference to ``db``'s secret file."""
     ident = name.replace("-", "_")
     topics = settings.kafka.topics.model_copy(update={"rules": topic})
     local = settings.model_copy(update={"kafka": settings.kafka.model_copy(update={"topics": topics})})
     return connector_config(
         local,
         db_port=db.effective_port(),
+        secrets=db.secrets,  # the cluster's own: its Debezium password, by reference
         overrides={
             "name": name,
             "slot.name": ident,

@@ -1,6 +1,7 @@
 """The rules database and the connector config: the private PostgreSQL cluster, its versioned schema, the CLI.
 
 Real PostgreSQL (the session cluster, and one short-lived cluster for the free-port case); no Connect, no Spark.
+Roles, passwords and what each role is refused: tests/test_rulesdb_roles.py.
 """
 
 from __future__ import annotations
@@ -40,12 +41,14 @@ def _conf(settings: Settings, db: RulesDb, folder: Path) -> Path:
 
 
 def test_the_schema_is_versioned_and_applied_once(db: RulesDb) -> None:
-    assert [path.name for _, path in schema_files()][:1] == ["001_fraud_rules.sql"]
+    assert [path.name for _, path in schema_files()][:2] == ["001_fraud_rules.sql", "002_roles.sql"]
     assert db.schema_version() == max(v for v, _ in schema_files())
     assert db.migrate() == []  # nothing new: applied once, recorded
     wal = db.psql(["-c", "SHOW wal_level"], database="postgres").strip()
     publication = db.sql("SELECT pubname FROM pg_publication_tables WHERE tablename = 'fraud_rules'").strip()
     assert (wal, publication) == ("logical", "fraudlake_rules")
+    # A connector left down holds WAL only up to this much; then the server invalidates its slot (drop-slot).
+    assert db.sql("SHOW max_slot_wal_keep_size").strip() == "512MB"
 
 
 def test_sample_rules_round_trip_through_the_table(db: RulesDb, base_settings: Settings) -> None:
@@ -88,8 +91,13 @@ def test_cli_seeds_only_an_empty_table_when_asked_and_runs_psql(
     assert "nothing loaded" in capfd.readouterr().out
     update = "UPDATE fraud_rules SET limit_value = 15 WHERE rule_id = 3"
     assert main(["rulesdb", "--conf", str(conf), "psql", "-c", update]) == 0  # options before the action
-    assert "UPDATE 1" in capfd.readouterr().out
+    assert "UPDATE 1" in capfd.readouterr().out  # as fraudlake_console, the default
     assert db.sql("SELECT limit_value FROM fraud_rules WHERE rule_id = 3").strip() == "15"
+    assert main(["rulesdb", "--conf", str(conf), "--as", "reader", "psql", "-c", update]) != 0
+    assert "permission denied for table fraud_rules" in capfd.readouterr().err
+    who = "SELECT current_user"
+    assert main(["rulesdb", "--conf", str(conf), "--as", "admin", "psql", "-X", "-A", "-t", "-c", who]) == 0
+    assert capfd.readouterr().out.strip() == "fraudlake"
     assert main(["rulesdb", "--conf", str(conf), "status"]) == 0
     assert f"running (postgresql://fraudlake@127.0.0.1:{db.port}/fraudlake_unit" in capfd.readouterr().out
 
@@ -117,13 +125,39 @@ def test_port_zero_picks_a_free_port_and_keeps_it_across_restarts(scratch_folder
     assert not dataclasses.replace(db).running() and db.status().startswith("stopped")
 
 
-def test_connector_config_fills_placeholders_and_takes_overrides(base_settings: Settings, tmp_path: Path) -> None:
-    config = connector_config(base_settings, db_port=5555, overrides={"decimal.handling.mode": "precise"})
+def test_cli_drops_a_replication_slot_by_a_checked_name(
+    db: RulesDb, base_settings: Settings, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    conf = _conf(base_settings, db, tmp_path)
+    db.sql("SELECT pg_create_logical_replication_slot('cli_unit_slot', 'pgoutput')")
+    assert main(["rulesdb", "--conf", str(conf), "drop-slot", "--name", "cli_unit_slot"]) == 0
+    assert "dropped cli_unit_slot" in capfd.readouterr().out
+    assert "cli_unit_slot" not in db.replication_slots()
+    assert main(["rulesdb", "--conf", str(conf), "drop-slot", "--name", "cli_unit_slot"]) == 0
+    assert "no replication slot cli_unit_slot" in capfd.readouterr().out
+    assert main(["rulesdb", "--conf", str(conf), "drop-slot", "--name", "x'); DROP TABLE fraud_rules; --"]) == 1
+    assert "is not a replication slot name" in capfd.readouterr().err
+    assert db.sql("SELECT count(*) >= 0 FROM fraud_rules").strip() == "t"
+    assert main(["rulesdb", "--conf", str(conf), "drop-slot", "--bogus"]) == 2
+    assert "unexpected --bogus" in capfd.readouterr().err
+
+
+def test_connector_config_fills_placeholders_and_takes_overrides(
+    db: RulesDb, base_settings: Settings, tmp_path: Path
+) -> None:
+    config = connector_config(
+        base_settings, db_port=5555, overrides={"decimal.handling.mode": "precise"}, secrets=db.secrets
+    )
     values = config["config"]
     assert config["name"] == "fraudlake-rules-postgres"
     assert (values["database.port"], values["transforms.route.replacement"]) == ("5555", "fraudlake.rules")
     assert values["decimal.handling.mode"] == "precise" and values["skipped.operations"] == "none"
     assert not any("{{" in v for v in values.values())
+    # The connector's own role, and its password only as a reference the worker resolves in memory.
+    secret_file = db.secrets.generated_file("debezium").resolve()
+    assert values["database.user"] == "fraudlake_debezium"
+    assert values["database.password"] == "${directory:" + f"{secret_file.parent}:{secret_file.name}" + "}"
+    assert db.secrets.password("debezium") not in json.dumps(config)
     bad = tmp_path / "bad.properties"
     bad.write_text("name=x\ndatabase.port={{rulesdb.nope}}\n")
     with pytest.raises(ConnectorConfigError, match="unknown placeholder"):

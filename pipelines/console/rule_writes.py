@@ -5,6 +5,12 @@ the rules CDC job validates and MERGEs it into the Delta ``rules`` table. Where 
 the edit is published to the rules topic as ``fraudlake rules upsert|pause|resume|delete`` does (the CLI
 publisher's events). Either way nothing reaches the lakehouse but through the rules CDC job.
 
+The console logs in as ``fraudlake_console`` (SELECT, INSERT, UPDATE, DELETE on ``fraud_rules``, nothing else;
+conf/rulesdb/002_roles.sql), its password from ``FRAUDLAKE_RULESDB_CONSOLE_PASSWORD`` or its secret file, passed to
+libpq apart from the connection string (which may be shown). Every session sets ``lock_timeout`` and
+``statement_timeout`` (``rulesdb.*`` settings), and the connection ``connect_timeout``: an edit of a row another
+session holds locked fails with a clear :class:`WriteFailed` instead of hanging the request.
+
 Every statement is parameterized (``psycopg``): no SQL is ever built from what a person typed. Each write returns
 the *position floor* of its change: every CDC event of that change sorts at or after it (the WAL insert position
 read in the same transaction before the write; the CLI event's own position), which is how ``edit_progress``
@@ -12,7 +18,7 @@ recognises it in the change log.
 
 Example::
 
-    writer = RulesDbWriter.from_settings(settings)
+    writer = RulesDbWriter.from_settings(settings)       # or RulesDbWriter.for_database(db, limits)
     committed = writer.write("pause", rule_id=7, rule=None, view=table_view(reader))
 """
 
@@ -26,6 +32,7 @@ from typing import Any, Literal, Protocol
 from pipelines.base.runtime_env import SetupMissingError
 from pipelines.base.settings import Settings
 from pipelines.local.rules_database import RULES_TABLE, RulesDb
+from pipelines.local.rulesdb_secrets import SecretError
 from rules_cdc.plan_changes import TableView
 from rules_cdc.publisher import PublishRefused, edit_events, publish
 from rules_cdc.rule_model import Rule, RuleState
@@ -70,34 +77,86 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
+@dataclass(frozen=True)
+class SessionLimits:
+    """How long a console connection may wait: to connect, for a row lock, for one statement."""
+
+    connect_timeout_s: int = 5
+    lock_timeout_ms: int = 5000
+    statement_timeout_ms: int = 10_000
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> SessionLimits:
+        conf = settings.rulesdb
+        return cls(conf.connect_timeout_s, conf.lock_timeout_ms, conf.statement_timeout_ms)
+
+    def options(self) -> str:
+        """libpq ``options``: the timeouts are set at connection start, before any statement of ours."""
+        return f"-c lock_timeout={self.lock_timeout_ms} -c statement_timeout={self.statement_timeout_ms}"
+
+
 class RulesDbWriter:
-    """Edits as parameterized statements on ``fraud_rules``, one transaction each."""
+    """Edits as parameterized statements on ``fraud_rules``, one transaction each, as ``fraudlake_console``."""
 
     mode: WriteMode = "rulesdb"
 
-    def __init__(self, conninfo: str, label: str) -> None:
-        self.conninfo = conninfo
+    def __init__(
+        self,
+        conninfo: str,
+        label: str,
+        *,
+        password: str | None = None,
+        limits: SessionLimits = SessionLimits(),
+        unavailable: str | None = None,
+    ) -> None:
+        self.conninfo = conninfo  # no password in it: it may be shown
         self.label = label
+        self._password = password
+        self.limits = limits
+        self.unavailable = unavailable  # why no connection can be made (a missing secret), said by every write
+
+    @classmethod
+    def for_database(cls, db: RulesDb, limits: SessionLimits = SessionLimits()) -> RulesDbWriter:
+        """A writer on the local rules database ``db``, as ``fraudlake_console`` with its password."""
+        info = f"host=127.0.0.1 port={db.effective_port()} dbname={db.database} user={db.role_name('console')}"
+        label = f"PostgreSQL {RULES_TABLE} at {db.dsn('console')}"
+        try:
+            password = db.secrets.password("console")
+        except SecretError as error:
+            return cls(info, label, limits=limits, unavailable=str(error))
+        return cls(info, label, password=password, limits=limits)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RulesDbWriter:
+        limits = SessionLimits.from_settings(settings)
         dsn = os.environ.get(DSN_ENV)
         if dsn:
-            return cls(dsn, f"PostgreSQL ({DSN_ENV})")
-        db = RulesDb.from_settings(settings)
-        info = f"host=127.0.0.1 port={db.effective_port()} dbname={db.database} user={db.user} connect_timeout=5"
-        return cls(info, f"PostgreSQL {RULES_TABLE} at {db.dsn()}")
+            return cls(dsn, f"PostgreSQL ({DSN_ENV})", limits=limits)
+        return cls.for_database(RulesDb.from_settings(settings), limits)
 
     def target(self) -> str:
         return self.label
+
+    def _connect(self, connect_timeout_s: int | None = None) -> Any:
+        import psycopg
+
+        if self.unavailable:
+            raise WriteFailed(f"cannot connect to the rules database: {self.unavailable}")
+        extra: dict[str, Any] = {} if self._password is None else {"password": self._password}
+        return psycopg.connect(
+            self.conninfo,
+            connect_timeout=connect_timeout_s or self.limits.connect_timeout_s,
+            options=self.limits.options(),
+            **extra,
+        )
 
     def reachable(self) -> bool:
         import psycopg
 
         try:
-            with psycopg.connect(self.conninfo, connect_timeout=3) as conn:
+            with self._connect(min(3, self.limits.connect_timeout_s)) as conn:
                 conn.execute("SELECT 1")
-        except psycopg.Error:
+        except (psycopg.Error, WriteFailed):
             return False
         return True
 
@@ -105,11 +164,21 @@ class RulesDbWriter:
         import psycopg
 
         try:
-            with psycopg.connect(self.conninfo, connect_timeout=5) as conn, conn.cursor() as cur:
+            with self._connect() as conn, conn.cursor() as cur:
                 cur.execute("SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint")
                 lsn_row = cur.fetchone()
                 floor = pg_position(int(lsn_row[0]) if lsn_row else 0, 0).rsplit(":", 1)[0] + ":"
                 detail = self._apply(cur, action, rule_id, rule, view)
+        except psycopg.errors.LockNotAvailable:
+            raise WriteFailed(
+                f"rule {rule_id} is being changed in another session: its row stayed locked for more than "
+                f"{self.limits.lock_timeout_ms / 1000:g} s (lock_timeout). Nothing was written; try again"
+            ) from None
+        except psycopg.errors.QueryCanceled:
+            raise WriteFailed(
+                f"the rules database did not finish the edit of rule {rule_id} within "
+                f"{self.limits.statement_timeout_ms / 1000:g} s (statement_timeout). Nothing was written"
+            ) from None
         except psycopg.Error as error:
             raise WriteFailed(f"the rules database refused or could not be reached: {error}".strip()) from None
         return Committed(action, rule_id, self.mode, floor, _now(), detail)

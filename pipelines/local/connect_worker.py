@@ -97,6 +97,11 @@ class ConnectWorker:
             "listeners": f"http://127.0.0.1:{self.rest_port}",
             "rest.advertised.host.name": "127.0.0.1",
             "task.shutdown.graceful.timeout.ms": "5000",
+            # Secrets by reference (the Debezium role's password, debezium_config): ${env:NAME} or
+            # ${directory:FOLDER:FILE}, resolved in memory, so no connector file, REST answer or log holds them.
+            "config.providers": "env,directory",
+            "config.providers.env.class": "org.apache.kafka.common.config.provider.EnvVarConfigProvider",
+            "config.providers.directory.class": "org.apache.kafka.common.config.provider.DirectoryConfigProvider",
         }
         return "\n".join(f"{k}={v}" for k, v in lines.items()) + "\n"
 
