@@ -53,16 +53,20 @@ def running_console(
     writer: RuleWriter,
     spark: Callable[[], SparkSession],
     stale_after: dt.timedelta = dt.timedelta(minutes=5),
+    **options: float,
 ) -> Iterator[tuple[ConsoleServer, ConsoleContext]]:
-    """A console on a free port of 127.0.0.1, served from a thread of this process, stopped after."""
-    console = ConsoleContext.build(settings, writer=writer, spark=spark, stale_after=stale_after, poll_seconds=1.0)
+    """A console on a free port of 127.0.0.1, served from a thread of this process, stopped after; ``options``
+    are ``ConsoleContext.build``'s timeouts (``read_timeout_s``, ``write_timeout_s``)."""
+    console = ConsoleContext.build(
+        settings, writer=writer, spark=spark, stale_after=stale_after, poll_seconds=1.0, **options
+    )
     server = ConsoleServer(create_app(console), host="127.0.0.1", port=0)
     server.start_in_thread()
     try:
         yield server, console
     finally:
         server.stop()
-        console.backtests.shutdown()
+        console.shutdown()
 
 
 class Screenshots:

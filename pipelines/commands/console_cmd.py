@@ -3,6 +3,7 @@
 ::
 
     fraudlake console [--port 8050] [--host 127.0.0.1] [--writes auto|rulesdb|topic]
+                      [--read-timeout 30] [--write-timeout 30]
 
 Same conf, lakehouse and rules database as the other commands. Rule edits go to the rules database when it is
 configured (``FRAUDLAKE_RULESDB_DSN``) or answers, else to the rules topic (``--writes`` forces either). In a
@@ -38,6 +39,20 @@ def register(subparsers: Any, parent: argparse.ArgumentParser) -> None:
         default=5.0,
         help="no engine micro-batch for this long: the health page says the engine is stopped or idle",
     )
+    parser.add_argument(
+        "--read-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="longest a page waits for the lakehouse before it answers 504 (default 30)",
+    )
+    parser.add_argument(
+        "--write-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="longest a save waits for the rules database or topic before it answers 504 (default 30)",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -53,15 +68,22 @@ def run(args: argparse.Namespace) -> int:
     host = args.host or ("0.0.0.0" if in_app else "127.0.0.1")  # an App's proxy reaches it there
     writer = choose_writer(settings, args.writes)
     spark = SharedSpark(settings)
+    if min(args.read_timeout, args.write_timeout) <= 0:
+        raise SystemExit("console: --read-timeout and --write-timeout must be positive")
     console = ConsoleContext.build(
-        settings, writer=writer, spark=spark, stale_after=dt.timedelta(minutes=args.stale_after_minutes)
+        settings,
+        writer=writer,
+        spark=spark,
+        stale_after=dt.timedelta(minutes=args.stale_after_minutes),
+        read_timeout_s=args.read_timeout,
+        write_timeout_s=args.write_timeout,
     )
     server = ConsoleServer(create_app(console), host=host, port=port)
     print(f"console: {server.url} (lakehouse {settings.lakehouse_root}; rule edits to {writer.target()})", flush=True)
     try:
         server.run()
     finally:
-        console.backtests.shutdown()
+        console.shutdown()
         if spark.started:
             spark().stop()
     return 0

@@ -17,13 +17,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from delta_tables.alerts import ALERTS
+from pipelines.console import params
 from pipelines.console.lake_reader import Condition, LakeReader
 from pipelines.engine.alert_rows import EXPORT_FIELDS
-from pipelines.engine.backtest import parse_instant_ms
 
-
-class BadQuery(ValueError):
-    """A filter the page cannot use; the message says which and why."""
+BadQuery = params.BadParameter
+"""A filter the page cannot use; the message says which and why."""
 
 
 @dataclass(frozen=True)
@@ -39,13 +38,10 @@ class AlertQuery:
     def parse(
         cls, *, rule: str | None = None, key: str | None = None, since: str | None = None, until: str | None = None
     ) -> AlertQuery:
-        """From form text; raises ``BadQuery`` with a message for people."""
-        rule_id = None
-        if rule and rule.strip():
-            if not rule.strip().isdigit():
-                raise BadQuery(f"rule must be a rule id (digits), got {rule!r}")
-            rule_id = int(rule.strip())
-        return cls(rule_id, (key or "").strip() or None, _instant(since, "from"), _instant(until, "to"))
+        """From form text (``params``: rule ids in the model's range, the documented instants, from before to);
+        raises ``BadQuery`` with a message for people."""
+        start, end = params.time_range(since, until)
+        return cls(params.optional_rule_id(rule), params.text(key, "key"), start, end)
 
     def conditions(self) -> list[Condition]:
         where: list[Condition] = []
@@ -84,18 +80,9 @@ def recent_alerts(
     return rows[:limit]
 
 
-def find_alert(reader: LakeReader, alert_id: str) -> dict[str, Any] | None:
-    """The alerts row with this id (``<ruleId>:<transactionId>``), or None."""
-    rule_text, _, transaction_id = alert_id.partition(":")
-    if not rule_text.isdigit() or not transaction_id:
-        return None
-    rows = reader.rows(ALERTS.name, where=[("ruleId", "=", int(rule_text)), ("alertId", "=", alert_id)])
+def find_alert(reader: LakeReader, rule_id: int, transaction_id: str) -> dict[str, Any] | None:
+    """The alerts row of this rule and transaction (``params.alert_id`` parses ``<ruleId>:<transactionId>``), or
+    None."""
+    alert_id = f"{rule_id}:{transaction_id}"
+    rows = reader.rows(ALERTS.name, where=[("ruleId", "=", rule_id), ("alertId", "=", alert_id)])
     return rows[0] if rows else None
-
-
-def _instant(text: str | None, name: str) -> dt.datetime | None:
-    try:
-        ms = parse_instant_ms(text)
-    except ValueError:
-        raise BadQuery(f"{name} must be an ISO date or date-time (UTC), got {text!r}") from None
-    return None if ms is None else dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)

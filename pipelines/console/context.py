@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -23,11 +23,17 @@ from starlette.responses import Response
 
 from pipelines.base.settings import Settings
 from pipelines.console.backtest_jobs import BacktestRunner
+from pipelines.console.blocking import BlockingPool
 from pipelines.console.edit_progress import EditLog
 from pipelines.console.lake_reader import LakeReader
 from pipelines.console.rule_writes import RuleWriter
 from pipelines.console.rules_data import plain_number
 
+READ_TIMEOUT_S = 30.0
+"""Longest a page waits for the lakehouse (a Delta read, the evidence's bronze scan) before it answers 504."""
+WRITE_TIMEOUT_S = 30.0
+"""Longest a save waits for the rules database or the rules topic before it answers 504 (the database's own
+lock and statement timeouts, rule_writes.py, are meant to end it sooner with a clear refusal)."""
 HERE = Path(__file__).resolve().parent
 TEMPLATES = HERE / "templates"
 STATIC = HERE / "static"
@@ -78,6 +84,10 @@ class ConsoleContext:
     spark: Callable[[], SparkSession]
     stale_after: dt.timedelta
     poll_seconds: float = 2.0
+    lake: BlockingPool = field(default_factory=lambda: lake_pool(READ_TIMEOUT_S))
+    """Every read of the lakehouse (and the few local files pages show) runs here, off the event loop."""
+    writes: BlockingPool = field(default_factory=lambda: write_pool(WRITE_TIMEOUT_S, "the rules database or topic"))
+    """Every rule edit (rules database transaction or rules-topic publish) runs here, off the event loop."""
 
     @classmethod
     def build(
@@ -88,6 +98,8 @@ class ConsoleContext:
         spark: Callable[[], SparkSession],
         stale_after: dt.timedelta = dt.timedelta(minutes=5),
         poll_seconds: float = 2.0,
+        read_timeout_s: float = READ_TIMEOUT_S,
+        write_timeout_s: float = WRITE_TIMEOUT_S,
     ) -> ConsoleContext:
         templates = Jinja2Templates(directory=str(TEMPLATES))
         templates.env.filters["time"] = _time
@@ -102,7 +114,15 @@ class ConsoleContext:
             spark=spark,
             stale_after=stale_after,
             poll_seconds=poll_seconds,
+            lake=lake_pool(read_timeout_s),
+            writes=write_pool(write_timeout_s, "the rules database" if writer.mode == "rulesdb" else "the rules topic"),
         )
+
+    def shutdown(self) -> None:
+        """Stop taking backtests and blocking calls (running ones finish on their threads)."""
+        self.backtests.shutdown()
+        self.lake.shutdown()
+        self.writes.shutdown()
 
     def page(self, request: Request, name: str, status_code: int = 200, **values: Any) -> Response:
         """A rendered page; every page gets the console's header values."""
@@ -114,6 +134,16 @@ class ConsoleContext:
             "bucket_seconds": self.settings.engine.bucket_seconds,
         }
         return self.templates.TemplateResponse(request, name, {**common, **values}, status_code=status_code)
+
+
+def lake_pool(timeout_s: float) -> BlockingPool:
+    """Lake reads: a few at once (deltalake reads Parquet on its own threads too), a short queue behind them."""
+    return BlockingPool("the lakehouse", name="lake", workers=4, queue=16, timeout_s=timeout_s)
+
+
+def write_pool(timeout_s: float, backend: str) -> BlockingPool:
+    """Rule edits: analysts' saves are rare; two at once, a few waiting, beyond that a clear 503."""
+    return BlockingPool(backend, name="writes", workers=2, queue=4, timeout_s=timeout_s, writes=True)
 
 
 def console_of(request: Request) -> ConsoleContext:

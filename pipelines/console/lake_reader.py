@@ -51,7 +51,10 @@ class LakeReader:
         self._spark = spark
         self._tables: dict[str, DeltaTable] = {}
         self._backends: dict[str, Backend] = {}
-        self._lock = threading.Lock()
+        # One lock per table (a DeltaTable is not to be refreshed and read at once), so that a slow table (a big
+        # log to replay, slow storage) holds up only the pages that read it.
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
 
     def path(self, table: str) -> str:
         return self.settings.table_path(table)
@@ -76,7 +79,7 @@ class LakeReader:
         delta = self._delta(table)
         if self._backends.get(table) != "spark":
             try:
-                with self._lock:
+                with self._lock(table):
                     dataset = delta.to_pyarrow_dataset()
             except DeltaProtocolError:  # reader features deltalake lacks (deletion vectors)
                 if self._spark is None:
@@ -108,7 +111,7 @@ class LakeReader:
 
     def _delta(self, table: str) -> DeltaTable:
         """The refreshed ``DeltaTable`` of ``table`` (its log and checkpoints read by deltalake)."""
-        with self._lock:
+        with self._lock(table):
             cached = self._tables.get(table)
             try:
                 if cached is None:
@@ -120,6 +123,10 @@ class LakeReader:
                 self._tables.pop(table, None)
                 raise TableMissing(table, self.path(table)) from None
             return cached
+
+    def _lock(self, table: str) -> threading.Lock:
+        with self._locks_guard:
+            return self._locks.setdefault(table, threading.Lock())
 
     def _session(self) -> SparkSession:
         if self._spark is None:

@@ -1,5 +1,5 @@
 """The health page: per-batch latency, durations and row counts as charts, quarantine reasons, the engine's
-liveness and the last data-quality report."""
+liveness and the last data-quality report. Everything is read on the console's lake pool (``blocking``)."""
 
 from __future__ import annotations
 
@@ -28,35 +28,40 @@ def _health(console: ConsoleContext) -> dict[str, Any]:
     return {"batches": batches, "status": status, "charts": chart_data(batches)}
 
 
-@router.get("/health")
-def health_page(request: Request) -> Response:
-    console = console_of(request)
+def _health_page_data(console: ConsoleContext) -> dict[str, Any]:
     if not console.reader.exists(BATCH_LOG.name):
         raise TableMissing(BATCH_LOG.name, console.reader.path(BATCH_LOG.name))
-    health = _health(console)
     quarantined, reasons = quarantine_reasons(console.reader)
     report_path, report = dq_report(console.settings)
     backends = {
         name: console.reader.backend(name)
         for name in ("rules", "rule_changes", "alerts", "batch_log", "bronze_transactions", "quarantine")
     }
-    return console.page(
-        request,
-        "health.html",
-        **health,
-        quarantined=quarantined,
-        reasons=reasons,
-        report_path=report_path,
-        report_html=Markup(_MARKDOWN(report)) if report else None,
-        backends=backends,
-    )
+    return {
+        **_health(console),
+        "quarantined": quarantined,
+        "reasons": reasons,
+        "report_path": report_path,
+        "report_html": Markup(_MARKDOWN(report)) if report else None,
+        "backends": backends,
+    }
+
+
+@router.get("/health")
+async def health_page(request: Request) -> Response:
+    console = console_of(request)
+    return console.page(request, "health.html", **await console.lake.run(_health_page_data, console))
+
+
+def _health_or_none(console: ConsoleContext) -> dict[str, Any] | None:
+    return _health(console) if console.reader.exists(BATCH_LOG.name) else None
 
 
 @router.get("/api/health")
-def health_json(request: Request) -> JSONResponse:
+async def health_json(request: Request) -> JSONResponse:
     console = console_of(request)
-    if not console.reader.exists(BATCH_LOG.name):
+    health = await console.lake.run(_health_or_none, console)
+    if health is None:
         return JSONResponse({"error": "no batch_log table yet"}, status_code=503)
-    health = _health(console)
     status = health["status"]
     return JSONResponse({"status": {"state": status.state, "message": status.message}, "charts": health["charts"]})

@@ -1,4 +1,8 @@
-"""The rules pages: the rules in force and the tombstones, one rule with its history, the form, edits' progress."""
+"""The rules pages: the rules in force and the tombstones, one rule with its history, the form, edits' progress.
+
+Path parameters are parsed first (``params``: 400 with a message, then 404 for an id nothing has); lakehouse reads
+run on the console's lake pool and edits on its write pool (``blocking``), never on the event loop: a save waiting
+on a locked row delays only itself."""
 
 from __future__ import annotations
 
@@ -10,13 +14,15 @@ from starlette.responses import Response
 
 from delta_tables.alerts import ALERTS
 from delta_tables.rules import RULES
+from pipelines.console import params
 from pipelines.console.alerts_data import AlertQuery, recent_alerts
+from pipelines.console.blocking import PoolBusy, PoolTimeout
 from pipelines.console.context import ConsoleContext, console_of
-from pipelines.console.edit_progress import edit_progress
+from pipelines.console.edit_progress import EditRecord, edit_progress
 from pipelines.console.rule_form import AGGREGATORS, OPERATORS, STATES, RuleFormValues
-from pipelines.console.rule_writes import Action, EditRefused, WriteFailed
-from pipelines.console.rules_data import rule_entry, rule_history, rules_overview, table_view
-from rules_cdc.rule_model import COUNT_FIELD, RuleValidationError
+from pipelines.console.rule_writes import Action, Committed, EditRefused, WriteFailed
+from pipelines.console.rules_data import RuleEntry, rule_entry, rule_history, rules_overview, table_view
+from rules_cdc.rule_model import COUNT_FIELD, Rule, RuleValidationError
 
 router = APIRouter()
 
@@ -33,14 +39,14 @@ def form_choices(console: ConsoleContext) -> dict[str, Any]:
 
 
 @router.get("/rules")
-def rules_page(request: Request) -> Response:
+async def rules_page(request: Request) -> Response:
     console = console_of(request)
-    overview = rules_overview(console.reader)
+    overview = await console.lake.run(rules_overview, console.reader)
     return console.page(request, "rules.html", overview=overview, edits=console.edits.recent())
 
 
 @router.get("/rules/new")
-def new_rule_form(request: Request) -> Response:
+async def new_rule_form(request: Request) -> Response:
     console = console_of(request)
     return console.page(request, "rule_form.html", values=RuleFormValues(), mode="create", **form_choices(console))
 
@@ -48,12 +54,10 @@ def new_rule_form(request: Request) -> Response:
 @router.post("/rules/new")
 async def create_rule(request: Request) -> Response:
     values = RuleFormValues.from_form(await request.form())
-    return submit_rule(request, values, "create")
+    return await submit_rule(request, values, "create")
 
 
-@router.get("/rules/{rule_id}")
-def rule_page(request: Request, rule_id: int) -> Response:
-    console = console_of(request)
+def _rule_page_data(console: ConsoleContext, rule_id: int) -> dict[str, Any]:
     entry = rule_entry(console.reader, rule_id)
     history = rule_history(console.reader, rule_id)
     if entry is None and not history:
@@ -61,78 +65,111 @@ def rule_page(request: Request, rule_id: int) -> Response:
     alerts = []
     if console.reader.exists(ALERTS.name):
         alerts = recent_alerts(console.reader, AlertQuery(rule_id=rule_id), limit=20)
-    return console.page(request, "rule.html", rule_id=rule_id, entry=entry, history=history, alerts=alerts)
+    return {"rule_id": rule_id, "entry": entry, "history": history, "alerts": alerts}
 
 
-@router.get("/rules/{rule_id}/edit")
-def edit_rule_form(request: Request, rule_id: int) -> Response:
+@router.get("/rules/{rule_id}")
+async def rule_page(request: Request, rule_id: str) -> Response:
     console = console_of(request)
+    data = await console.lake.run(_rule_page_data, console, params.rule_id(rule_id, "the rule id"))
+    return console.page(request, "rule.html", **data)
+
+
+def _live_entry(console: ConsoleContext, rule_id: int) -> RuleEntry:
     entry = rule_entry(console.reader, rule_id)
     if entry is None or not entry.live:
         raise HTTPException(404, f"Rule {rule_id} is not a live rule of this lakehouse: there is nothing to edit.")
+    return entry
+
+
+@router.get("/rules/{rule_id}/edit")
+async def edit_rule_form(request: Request, rule_id: str) -> Response:
+    console = console_of(request)
+    entry = await console.lake.run(_live_entry, console, params.rule_id(rule_id, "the rule id"))
     values = RuleFormValues.from_rule(entry.document)
     return console.page(request, "rule_form.html", values=values, mode="update", **form_choices(console))
 
 
 @router.post("/rules/{rule_id}/edit")
-async def update_rule(request: Request, rule_id: int) -> Response:
-    values = RuleFormValues.from_form(await request.form()).with_rule_id(str(rule_id))
-    return submit_rule(request, values, "update")
+async def update_rule(request: Request, rule_id: str) -> Response:
+    checked = params.rule_id(rule_id, "the rule id")
+    values = RuleFormValues.from_form(await request.form()).with_rule_id(str(checked))
+    return await submit_rule(request, values, "update")
 
 
 @router.post("/rules/{rule_id}/{action}")
-def rule_action(request: Request, rule_id: int, action: str) -> Response:
+async def rule_action(request: Request, rule_id: str, action: str) -> Response:
     if action not in ("pause", "resume", "delete"):
         raise HTTPException(404, f"There is no action {action!r} for rules (pause, resume or delete).")
     checked: Action = "pause" if action == "pause" else "resume" if action == "resume" else "delete"
+    number = params.rule_id(rule_id, "the rule id")
     console = console_of(request)
     try:
-        committed = console.writer.write(checked, rule_id=rule_id, rule=None, view=table_view(console.reader))
-    except (EditRefused, WriteFailed) as error:
-        return console.page(request, "error.html", 409, title=f"Could not {action} rule {rule_id}", message=str(error))
+        committed = await _write(console, checked, number, None)
+    except (EditRefused, WriteFailed, PoolBusy, PoolTimeout) as error:
+        status = 409 if isinstance(error, EditRefused | WriteFailed) else _status(error)
+        return console.page(
+            request, "error.html", status, title=f"Could not {action} rule {number}", message=str(error)
+        )
     record = console.edits.add(committed)
     return RedirectResponse(f"/edits/{record.id}", status_code=303)
 
 
-def submit_rule(request: Request, values: RuleFormValues, action: Action) -> Response:
+async def _write(console: ConsoleContext, action: Action, rule_id: int, rule: Rule | None) -> Committed:
+    """The edit on the write pool, with the rules table's view read on the lake pool first: neither on the loop."""
+    view = await console.lake.run(table_view, console.reader)
+    return await console.writes.run(console.writer.write, action, rule_id=rule_id, rule=rule, view=view)
+
+
+def _status(error: Exception) -> int:
+    return 504 if isinstance(error, PoolTimeout) else 503
+
+
+async def submit_rule(request: Request, values: RuleFormValues, action: Action) -> Response:
     """Validate with the rule model; refuse in the form with its message, else write and show the progress."""
     console = console_of(request)
-    problem: str | None = None
+    status, problem = 422, None
     try:
         rule = values.to_rule(console.settings.transaction_schema)
     except RuleValidationError as error:
         problem = error.reason
     if problem is None:
         try:
-            committed = console.writer.write(action, rule_id=rule.rule_id, rule=rule, view=table_view(console.reader))
+            committed = await _write(console, action, rule.rule_id, rule)
         except (EditRefused, WriteFailed) as error:
             problem = str(error)
+        except (PoolBusy, PoolTimeout) as error:
+            status, problem = _status(error), str(error)
         else:
             record = console.edits.add(committed)
             return RedirectResponse(f"/edits/{record.id}", status_code=303)
     return console.page(
-        request, "rule_form.html", 422, values=values, mode=action, error=problem, **form_choices(console)
+        request, "rule_form.html", status, values=values, mode=action, error=problem, **form_choices(console)
     )
 
 
-@router.get("/edits/{edit_id}")
-def edit_page(request: Request, edit_id: str) -> Response:
-    console = console_of(request)
-    record = console.edits.get(edit_id)
+def _edit(console: ConsoleContext, edit_id: str) -> EditRecord:
+    record = console.edits.get(params.token(edit_id, "an edit"))
     if record is None:
         raise HTTPException(
             404,
             f"There is no edit {edit_id!r} in this console's memory (it keeps the edits made "
             "since it started); the rule's history shows every applied change.",
         )
-    progress = edit_progress(console.reader, record)
+    return record
+
+
+@router.get("/edits/{edit_id}")
+async def edit_page(request: Request, edit_id: str) -> Response:
+    console = console_of(request)
+    record = _edit(console, edit_id)
+    progress = await console.lake.run(edit_progress, console.reader, record)
     return console.page(request, "edit.html", progress=progress, rules_table=RULES.name)
 
 
 @router.get("/api/edits/{edit_id}")
-def edit_progress_json(request: Request, edit_id: str) -> JSONResponse:
+async def edit_progress_json(request: Request, edit_id: str) -> JSONResponse:
     console = console_of(request)
-    record = console.edits.get(edit_id)
-    if record is None:
-        return JSONResponse({"error": f"no edit {edit_id}"}, status_code=404)
-    return JSONResponse(edit_progress(console.reader, record).as_json())
+    record = _edit(console, edit_id)
+    progress = await console.lake.run(edit_progress, console.reader, record)
+    return JSONResponse(progress.as_json())

@@ -116,7 +116,7 @@
       try {
         const response = await fetch("/api/backtest/" + encodeURIComponent(id), { cache: "no-store" });
         const state = await response.json();
-        if (state.state !== "running") { window.location.reload(); return; }
+        if (state.state !== "running" && state.state !== "queued") { window.location.reload(); return; }
       } catch (error) { /* retry */ }
       window.setTimeout(poll, pollMs);
     }
