@@ -82,6 +82,12 @@ reliability: setup ## fault, concurrency and bad-input tests (one pytest run); m
 		-q --durations=0 $(PYTEST_ARGS)
 	@$(BIN)/python scripts/reliability_report.py .work/reliability.jsonl docs/reliability.md
 
+.PHONY: chaos
+chaos: setup ## fault campaign over the live path (CHAOS_SECONDS=600, CHAOS_FAULTS=3 per part, CHAOS_RATE=20, CHAOS_SEED)
+	@seed=$${CHAOS_SEED:-$$RANDOM$$RANDOM}; echo "chaos: seed $$seed"; \
+	$(BIN)/fraudlake chaos --seconds $${CHAOS_SECONDS:-600} --faults-per-part $${CHAOS_FAULTS:-3} \
+		--rate $${CHAOS_RATE:-20} --seed $$seed $(CHAOS_ARGS)
+
 kafka-start: setup ## start the local Kafka broker (KRaft) on 127.0.0.1
 	@$(BIN)/fraudlake kafka start
 

@@ -22,6 +22,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("pipelines.engine", "pipelines.local", "pipelines.generator"),
     (
         "pipelines.bench",
+        "pipelines.chaos",
         "pipelines.console",
         "pipelines.dashboard",
         "pipelines.data_quality",

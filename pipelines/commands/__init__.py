@@ -8,6 +8,7 @@ from typing import Any
 from pipelines.commands import (
     alerts_cmd,
     bench_cmd,
+    chaos_cmd,
     cluster_cmd,
     connect_cmd,
     console_cmd,
@@ -30,6 +31,7 @@ Register = Callable[[Any, Any], None]
 COMMANDS: list[Register] = [
     alerts_cmd.register,
     bench_cmd.register,
+    chaos_cmd.register,
     cluster_cmd.register,
     connect_cmd.register,
     console_cmd.register,
