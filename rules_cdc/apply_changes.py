@@ -4,7 +4,10 @@ The same function serves ``fraudlake rules apply FILE``, ``rules delete-all`` an
 streaming job. Writes, in order (each idempotent when ``txn=(app_id, batch_id)`` is given, so a replayed
 micro-batch changes nothing and duplicates no log row):
 
-1. quarantine append (``txnAppId``/``txnVersion`` write options);
+1. quarantine append (``txnAppId``/``txnVersion`` write options): the invalid records, the events of another
+   position kind, and the *stale* events: not newer than their rule's row and never applied (their change is
+   not in the change log), each with "stale: position X is older than rule N's Y". A stale event whose change
+   is in the change log is a redelivery and only counted (``duplicates``);
 2. rules MERGE (``delta_tables.rules_merge``; the txn SQL confs, and a userMetadata tag to find its version);
 3. change-log append with the version the MERGE committed.
 
@@ -29,6 +32,7 @@ from typing import Any
 
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from delta_tables.quarantine import QUARANTINE, QUARANTINE_SCHEMA
 from delta_tables.rule_changes import RULE_CHANGES, RULE_CHANGES_SCHEMA
@@ -36,9 +40,10 @@ from delta_tables.rules import RULES
 from delta_tables.rules_merge import commit_tag, find_commit, merge_rules, rules_frame
 from delta_tables.table_spec import create_table, file_retention
 from pipelines.base.settings import Settings
-from rules_cdc.parse_events import ParsedBatch, RawRecord, Rejected, parse_records
-from rules_cdc.plan_changes import BatchPlan, TableView, Watermark, plan_batch
+from rules_cdc.parse_events import ChangeEvent, ParsedBatch, RawRecord, Rejected, parse_records
+from rules_cdc.plan_changes import BatchPlan, TableView, Watermark, change_identity, plan_batch, split_stale
 from rules_cdc.rule_rows import LIVE_STATES, TRUNCATE_MARKER_ID
+from rules_cdc.source_position import change_key
 
 log = logging.getLogger(__name__)
 
@@ -47,14 +52,16 @@ QUARANTINE_SOURCE = "rules_cdc"
 
 @dataclass
 class ApplyResult:
-    """What one batch did: ``records = events + quarantined + kafka_tombstones`` and, for the events that
-    passed the position-kind check, ``applied + stale`` counts them without duplicates."""
+    """What one batch did. Every record is an event, a parse rejection or a Kafka tombstone; of the distinct
+    events of the table's position kind, ``applied + duplicates + stale`` counts each once. ``quarantined``
+    counts the parse rejections, the events of another kind and the stale events."""
 
     records: int = 0
     events: int = 0
     applied: int = 0  # distinct events newer than the table's row for their rule
     logged: int = 0  # change-log rows of this batch (on a replay: those its first attempt wrote)
-    stale: int = 0
+    duplicates: int = 0  # not newer, and their change is in the change log: a redelivery, counted
+    stale: int = 0  # not newer, and never applied: quarantined with "stale: position X is older than ..."
     quarantined: int = 0
     kafka_tombstones: int = 0
     rules_version: int | None = None
@@ -65,8 +72,8 @@ class ApplyResult:
         version = "-" if self.rules_version is None else str(self.rules_version)
         return (
             f"{self.records} records: {self.applied} applied ({self.logged} change-log rows), "
-            f"{self.stale} stale/duplicate, {self.quarantined} quarantined, {self.kafka_tombstones} kafka tombstones; "
-            f"rules version {version}"
+            f"{self.duplicates} duplicate, {self.quarantined} quarantined ({self.stale} stale), "
+            f"{self.kafka_tombstones} kafka tombstones; rules version {version}"
         )
 
 
@@ -109,10 +116,13 @@ def apply_parsed(
     prior = find_commit(DeltaTable.forPath(spark, rules_path), tag) if txn else None
     view = read_view(spark, rules_path, version=None if prior is None else prior.version - 1)
     plan = plan_batch(parsed.events, view, now)
-    rejected = parsed.rejected + [Rejected(RawRecord(e.raw, e.source_offset), why) for e, why in plan.rejected]
+    logged = logged_changes(spark, settings, plan.stale) if plan.stale else set()
+    duplicates, stale = split_stale(plan.stale, view, logged)
+    refused = [*plan.rejected, *stale]
+    rejected = parsed.rejected + [Rejected(RawRecord(e.raw, e.source_offset), why) for e, why in refused]
     batch_id = txn[1] if txn else None
     result.quarantined = write_quarantine(spark, settings, rejected, batch_id=batch_id, txn=txn, now=now)
-    result.applied, result.stale = len(plan.applied), len(plan.stale)
+    result.applied, result.duplicates, result.stale = len(plan.applied), len(duplicates), len(stale)
     if plan.rows:
         if prior is None:
             commit = merge_rules(
@@ -144,6 +154,21 @@ def read_view(spark: SparkSession, rules_path: str, version: int | None = None) 
     marker = next((r for r in rows if r["ruleId"] == TRUNCATE_MARKER_ID), None)
     watermark = Watermark(marker["sourcePosition"], marker["sourceTsMs"]) if marker else None
     return TableView(positions=positions, live_rows=live, watermark=watermark)
+
+
+def logged_changes(spark: SparkSession, settings: Settings, events: Iterable[ChangeEvent]) -> set[tuple[int, str, str]]:
+    """The identities (``change_identity``) in the change log of the rules and positions of ``events``: which
+    of them were applied before. Only their rules' rows in the span of their positions reach the driver."""
+    events = list(events)
+    keys = [change_key(e.position) for e in events]
+    frame = spark.read.format("delta").load(settings.table_path(RULE_CHANGES.name))
+    rows = (
+        frame.where(F.col("ruleId").isin(*sorted({e.rule_id for e in events})))
+        .where(F.col("sourcePosition").between(F.lit(min(keys)), F.lit(max(keys) + "~")))
+        .select("ruleId", "sourcePosition", "op")
+        .collect()
+    )
+    return {change_identity(int(r["ruleId"]), str(r["sourcePosition"]), str(r["op"])) for r in rows}
 
 
 def write_quarantine(

@@ -23,7 +23,7 @@ import json
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
 from rules_cdc.decimals import (
     DecimalDecodeError,
@@ -74,24 +74,28 @@ class ConnectSchema(BaseModel):
 
 
 class SourceInfo(BaseModel):
-    """The ``source`` block. PostgreSQL sets ``lsn``/``sequence``, MySQL ``file``/``pos``/``row``."""
+    """The ``source`` block. PostgreSQL sets ``lsn``/``sequence``, MySQL ``file``/``pos``/``row``.
+
+    The fields that make an event's position are strict (a JSON integer, not ``"123"``, ``1.0`` or ``true``):
+    a position is taken only as its connector writes it (``source_position.position_of`` checks the rest).
+    """
 
     model_config = ConfigDict(frozen=True, extra="allow", populate_by_name=True)
 
     version: str | None = None
     connector: str | None = None
     name: str | None = None
-    ts_ms: int | None = None
+    ts_ms: StrictInt | None = None
     snapshot: str | bool | None = None
     db: str | None = None
     db_schema: str | None = Field(None, alias="schema")
     table: str | None = None
-    lsn: int | None = None
-    sequence: str | None = None
+    lsn: StrictInt | None = None
+    sequence: StrictStr | None = None
     tx_id: int | None = Field(None, alias="txId")
-    file: str | None = None
-    pos: int | None = None
-    row: int | None = None
+    file: StrictStr | None = None
+    pos: StrictInt | None = None
+    row: StrictInt | None = None
     server_id: int | None = None
     gtid: str | None = None
 

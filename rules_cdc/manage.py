@@ -1,9 +1,12 @@
-"""Rule edits for people (notebook 01): the CLI publisher's CDC events, applied here at once or published.
+"""Rule edits for people (notebook 01, ``fraudlake rules upsert|pause|resume|delete``): to the rules database, or
+the CLI publisher's CDC events, applied here at once or published.
 
-``publish_to="apply"`` runs the events through ``apply_records``, the rules job's own parse, plan, MERGE and
-change-log path, without a broker (local runs, or a workspace without Kafka). ``publish_to="kafka"`` produces
-them to the rules topic, as ``fraudlake rules upsert|pause|resume|delete`` do; the continuous rules job then
-applies them. Either way the events are the same: ``publisher.edit_events``, with CLI source positions.
+``publish_to="rulesdb"`` writes the edit to ``fraud_rules`` (``rulesdb_edits``; the connection from ``conninfo``,
+else ``FRAUDLAKE_RULESDB_DSN``): Debezium streams it with its real position, so the database's log orders it with
+every other change. That is the only way to edit a rules table fed by a database. Where there is none (an empty
+or ``ts`` table), ``publish_to="apply"`` runs the CLI publisher's events (``publisher.edit_events``) through
+``apply_records``, the rules job's own parse, plan, MERGE and change-log path, without a broker (local runs, or a
+workspace without Kafka), and ``publish_to="kafka"`` produces them to the rules topic, for the rules job.
 
 Example::
 
@@ -30,28 +33,33 @@ from rules_cdc.parse_events import RawRecord
 from rules_cdc.publisher import PublishRefused, edit_events, publish
 from rules_cdc.rule_model import Rule, parse_rule
 from rules_cdc.rules_views import rules_table_version
+from rules_cdc.rulesdb_edits import DatabaseEdit, dsn_from_environment, write_edit
+from rules_cdc.source_position import TS
 
 Action = Literal["upsert", "pause", "resume", "delete"]
-Destination = Literal["apply", "kafka"]
+Destination = Literal["apply", "kafka", "rulesdb"]
 ACTIONS: tuple[Action, ...] = ("upsert", "pause", "resume", "delete")
-DESTINATIONS: tuple[Destination, ...] = ("apply", "kafka")
+DESTINATIONS: tuple[Destination, ...] = ("apply", "kafka", "rulesdb")
 SAMPLE_RULES_FILE = "sample_rules.json"
 _Choice = TypeVar("_Choice", bound=str)
 
 
 @dataclass(frozen=True)
 class EditOutcome:
-    """What an edit did: its events, and either the apply result or how many events went to which topic."""
+    """What an edit did: the database write, or its events and either the apply result or the topic."""
 
     action: Action
     publish_to: Destination
     events: tuple[dict[str, Any], ...]
     applied: ApplyResult | None = None
     topic: str | None = None
+    database: DatabaseEdit | None = None
 
     @property
     def rule_ids(self) -> list[int]:
-        """The rules the events touch, in event order, each once."""
+        """The rules the edit touches, in order, each once."""
+        if self.database is not None:
+            return list(dict.fromkeys(self.database.rule_ids))
         ids = [int((e["after"] or e["before"])["rule_id"]) for e in self.events if e["after"] or e["before"]]
         return list(dict.fromkeys(ids))
 
@@ -64,6 +72,11 @@ class EditOutcome:
 
     def summary(self) -> str:
         what = f"rules {self.action} of rule(s) {self.rule_ids}"
+        if self.database is not None:
+            return (
+                f"{what}: written to the rules database ({self.database.detail}; WAL insert position before it "
+                f"{self.database.wal_lsn}); Debezium streams it and the rules job applies it"
+            )
         if self.applied is not None:
             return f"{what}, applied: {self.applied.summary()}"
         return f"{what}: published {len(self.events)} event(s) to {self.topic}; the rules job applies them"
@@ -105,12 +118,16 @@ def edit_rules(
     rules: Sequence[Rule] = (),
     rule_id: int | None = None,
     publish_to: str = "apply",
+    conninfo: str | None = None,
 ) -> EditOutcome:
-    """Build the events of ``action`` against the rules table as it is now, then apply or publish them.
+    """Write ``action`` to the rules database (``publish_to="rulesdb"``), or build its events against the rules
+    table as it is now and apply or publish them.
 
     ``upsert`` creates or updates ``rules``; ``pause``/``resume``/``delete`` act on ``rule_id``, or on the one
     rule in ``rules`` when no id is given. Raises ``PublishRefused`` for an edit that cannot apply (pausing a
-    paused rule, deleting an absent one) and ``ValueError`` for an unknown action or destination.
+    paused rule, deleting an absent one, CLI events on a table fed by a database, a database edit on a table
+    fed by the CLI), ``RulesDbUnavailable`` when the database cannot be reached, and ``ValueError`` for an
+    unknown action or destination.
     """
     checked_action = _checked(action, ACTIONS, "action")
     destination = _checked(publish_to, DESTINATIONS, "publish_to")
@@ -120,9 +137,11 @@ def edit_rules(
         rule_id = rules[0].rule_id
     ensure_rules_tables(spark, settings)
     view = read_view(spark, settings.table_path(RULES.name))
+    if checked_action == "upsert" and not rules:
+        raise ValueError("upsert needs at least one rule")
+    if destination == "rulesdb":
+        return _to_database(view.kinds, checked_action, rules, rule_id, conninfo or dsn_from_environment())
     if checked_action == "upsert":
-        if not rules:
-            raise ValueError("upsert needs at least one rule")
         events = edit_events(view, "upsert", rules=rules)
     else:
         events = edit_events(view, checked_action, rule_id=rule_id)
@@ -134,6 +153,21 @@ def edit_rules(
     if result.quarantined:
         raise PublishRefused(f"event(s) quarantined (see the quarantine table): {result.summary()}")
     return EditOutcome(checked_action, destination, tuple(events), applied=result)
+
+
+def _to_database(
+    kinds: frozenset[str], action: Action, rules: Sequence[Rule], rule_id: int | None, conninfo: str | None
+) -> EditOutcome:
+    if conninfo is None:
+        raise ValueError("publish_to='rulesdb' needs a rules database: set FRAUDLAKE_RULESDB_DSN (or rulesdb in conf)")
+    if kinds == {TS}:
+        raise PublishRefused(
+            "the rules table holds ts positions (fed by the CLI publisher, without a database): a change written to "
+            "the rules database would reach it as another connector's kind and be quarantined; start the database "
+            "path on a fresh lakehouse (docs/rules-cdc.md), or publish this edit to kafka"
+        )
+    edit = write_edit(conninfo, action, rules=rules, rule_id=None if action == "upsert" else rule_id)
+    return EditOutcome(action, "rulesdb", (), database=edit)
 
 
 def default_as_of(spark: SparkSession, settings: Settings, outcome: EditOutcome | None = None) -> str:

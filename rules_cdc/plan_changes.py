@@ -8,7 +8,10 @@
   (the MERGE tombstones every other row older than it);
 * ``applied``: the events newer than what the table held for their rule;
 * ``log``: their change-log entries (a truncate has one for the table and one per live rule it tombstones);
-* ``stale``: events no newer than the table's row (duplicates, replays, reordering): they change nothing;
+* ``stale``: events no newer than the table's row (duplicates, replays, reordering): they change nothing.
+  ``split_stale`` then tells a redelivery of a change already applied (its change is in the change log: a
+  duplicate, counted) from a change that never reached the table (quarantined with ``stale_reason``:
+  "stale: position X is older than rule N's Y"), so that no lost change is only a number in a log line;
 * ``rejected``: events whose position kind differs from the table's (positions are not comparable); an
   empty table takes the kind of most of the batch's events.
 
@@ -24,7 +27,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +35,7 @@ from rules_cdc.envelope import Op
 from rules_cdc.parse_events import ChangeEvent, row_json
 from rules_cdc.rule_model import RuleState
 from rules_cdc.rule_rows import RULE_FIELDS, TRUNCATE_MARKER_ID, rule_to_row, tombstone_row
-from rules_cdc.source_position import kind_of
+from rules_cdc.source_position import change_key, kind_of
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,45 @@ def plan_batch(events: Sequence[ChangeEvent], view: TableView, now: dt.datetime)
             log.append(_entry(event, event.rule_id, event.before_json, event.state.value))
     newer = batch_truncate is not None and (view.watermark is None or batch_truncate.position > view.watermark.position)
     return BatchPlan(rows, batch_truncate if newer else None, tuple(log), tuple(applied), tuple(stale), tuple(rejected))
+
+
+def change_identity(rule_id: int, position: str, op: str) -> tuple[int, str, str]:
+    """What makes two events the same change: rule, ``change_key`` of the position, op (``ChangeEvent`` or a
+    change-log row alike)."""
+    return rule_id, change_key(position), op
+
+
+def split_stale(
+    stale: Iterable[ChangeEvent], view: TableView, logged: Collection[tuple[int, str, str]]
+) -> tuple[tuple[ChangeEvent, ...], tuple[tuple[ChangeEvent, str], ...]]:
+    """``(duplicates, rejected)``: a stale event whose change is in the change log (``logged``, identities by
+    ``change_identity``) was applied before and is a duplicate; any other one never reached the table, and
+    is rejected with ``stale_reason``.
+
+    Example::
+
+        split_stale(plan.stale, view, {(1, "pg:00000000000030777720", "u")})
+    """
+    duplicates: list[ChangeEvent] = []
+    rejected: list[tuple[ChangeEvent, str]] = []
+    for event in stale:
+        if change_identity(event.rule_id, event.position, event.op.value) in logged:
+            duplicates.append(event)
+        else:
+            rejected.append((event, stale_reason(event, view)))
+    return tuple(duplicates), tuple(rejected)
+
+
+def stale_reason(event: ChangeEvent, view: TableView) -> str:
+    """Why a stale event changes nothing: the row (or the truncate) it is not newer than."""
+    held = view.positions.get(event.rule_id, "")
+    mark = view.watermark.position if view.watermark else ""
+    relation = "older than" if event.position < max(held, mark) else "not newer than"
+    if event.op is Op.TRUNCATE:
+        return f"stale: truncate at {event.position} is {relation} the newest truncate {mark}"
+    if held >= mark:
+        return f"stale: position {event.position} is {relation} rule {event.rule_id}'s {held}"
+    return f"stale: position {event.position} is {relation} the truncate of every rule at {mark}"
 
 
 def newest_per_rule(events: Iterable[ChangeEvent]) -> dict[int, ChangeEvent]:

@@ -1,9 +1,12 @@
 """The CLI publisher: Debezium-style events for rule edits, produced to the rules topic with kafka-python.
 
-It stands in for the database connector (``source.connector = "fraudlake-cli"``), so that rules can be
-managed from the CLI or a notebook; the rules job applies its events like any other. Each event carries its
-position in ``source.position`` (``source_position.cli_position``): newer than everything the rules table has
-seen and than this process's earlier edits, and of the table's own kind.
+It stands in for a database connector (``source.connector = "fraudlake-cli"``) where there is no rules database,
+so that rules can be managed from the CLI or a notebook; the rules job applies its events like any other. Each
+event carries a ``ts`` position in ``source.position`` (``source_position.cli_position``): newer than everything
+the rules table has seen and than this process's earlier edits. On a table fed by a database (``pg``/``mysql``
+positions) it refuses (``PublishRefused``): edits go to the database (``rules_cdc.rulesdb_edits``), so that
+one log orders them all. ``delete_all_event`` is the exception: ``rules delete-all``'s truncate, applied at once
+in this process, never published.
 
 Example::
 
@@ -22,10 +25,11 @@ from typing import Any
 from pipelines.base.kafka_clients import ensure_topics, python_client_config
 from pipelines.base.settings import Settings
 from rules_cdc.envelope import Op
+from rules_cdc.parse_events import ChangeEvent
 from rules_cdc.plan_changes import TableView
 from rules_cdc.rule_model import Rule, RuleState
-from rules_cdc.rule_rows import database_row, rule_from_row
-from rules_cdc.source_position import CLI_CONNECTOR, PositionError, cli_position
+from rules_cdc.rule_rows import TRUNCATE_MARKER_ID, database_row, rule_from_row
+from rules_cdc.source_position import CLI_CONNECTOR, PositionError, cli_position, local_truncate_position
 
 _lock = threading.Lock()
 _last_issued_ms = 0
@@ -64,23 +68,34 @@ def cli_event(op: Op, before: Rule | None, after: Rule | None, position: tuple[s
     }
 
 
-def next_position(view: TableView) -> tuple[str, int]:
-    """A CLI position newer than every position of the table and every one this process issued."""
+def next_position(view: TableView, *, local_truncate: bool = False) -> tuple[str, int]:
+    """A CLI position newer than every position of the table and every one this process issued (with
+    ``local_truncate``, ``delete-all``'s: possibly ``+cli:`` on a database-fed table)."""
     global _last_issued_ms
+    make = local_truncate_position if local_truncate else cli_position
     with _lock:
         try:
-            position, _last_issued_ms = cli_position(view.positions.values(), int(time.time() * 1000), _last_issued_ms)
+            position, _last_issued_ms = make(view.positions.values(), int(time.time() * 1000), _last_issued_ms)
         except PositionError as error:
             raise PublishRefused(str(error)) from None
         return position, _last_issued_ms
 
 
+def delete_all_event(view: TableView, source_offset: str = "cli:delete-all") -> ChangeEvent:
+    """``rules delete-all``'s truncate as an event for ``apply_changes.apply_parsed``, built here, not parsed: on a
+    database-fed table its ``+cli:`` position is one no record read from a topic or a file may carry."""
+    position, ms = next_position(view, local_truncate=True)
+    raw = json.dumps(cli_event(Op.TRUNCATE, None, None, (position, ms)))
+    return ChangeEvent(TRUNCATE_MARKER_ID, Op.TRUNCATE, position, ms, None, None, None, source_offset, raw)
+
+
 def edit_events(
     view: TableView, action: str, *, rule_id: int | None = None, rules: Sequence[Rule] = ()
 ) -> list[dict[str, Any]]:
-    """Events for ``upsert`` (``rules``), ``pause``/``resume``/``delete`` (``rule_id``) or ``delete-all``.
+    """Events for ``upsert`` (``rules``) or ``pause``/``resume``/``delete`` (``rule_id``).
 
-    ``view`` is the rules table as read now: it gives the ``before`` images and the position floor.
+    ``view`` is the rules table as read now: it gives the ``before`` images and the position floor. Raises
+    ``PublishRefused`` on a table fed by a database: such edits are written to the database.
     """
     if action == "upsert":
         events = []
@@ -89,8 +104,6 @@ def edit_events(
             op = Op.UPDATE if before else Op.CREATE
             events.append(cli_event(op, before, rule, next_position(view)))
         return events
-    if action == "delete-all":
-        return [cli_event(Op.TRUNCATE, None, None, next_position(view))]
     if rule_id is None:
         raise ValueError(f"{action} needs a rule id")
     current = _current(view, rule_id)

@@ -1,14 +1,19 @@
-"""Rule changes the lake refused and nothing has replaced yet: what ``fraudlake rules list`` shows under the rules.
+"""Rule changes the lake refused: all of them (``fraudlake rules rejected``, ``rules history``), and those nothing
+has replaced yet (what ``fraudlake rules list`` shows under the rules).
 
 A change the database accepted but the rule model rejects (a window of 0, an unknown aggregate) is quarantined
 by the rules CDC job, and the rule's last good version stays in force. Until a newer change of that rule is
 applied, the database and the lake disagree about it: such a rejection is *pending*. One whose rule has since
-changed again is resolved and no longer listed (it stays in the quarantine table).
+changed again is resolved and no longer listed there (it stays in the quarantine table).
+
+A *stale* change (older than its rule's row and never applied: "stale: position X is older than rule N's Y") is
+never pending, since the rule has moved on past it; ``quarantined_changes`` lists it with every other refusal.
 
 Example::
 
     for rejection in pending_rejections(spark, settings):
         print(rejection.rule_id, rejection.reason)
+    print(rejections_text(quarantined_changes(spark, settings, rule_id=7), title="refused changes of rule 7"))
 """
 
 from __future__ import annotations
@@ -73,19 +78,32 @@ def rejection_of(raw: str | None, reason: str, source_offset: str | None, quaran
     return Rejection(rule_id, position, reason, source_offset, quarantined_at)
 
 
-def pending_rejections(spark: SparkSession, settings: Settings) -> list[Rejection]:
-    """Quarantined rule changes newer than the rules table's row for their rule, oldest first."""
+def quarantined_changes(spark: SparkSession, settings: Settings, *, rule_id: int | None = None) -> list[Rejection]:
+    """The newest ``MAX_LISTED`` quarantined rule changes (of ``rule_id`` only, if given), newest first: invalid,
+    forged or of another connector's kind, and stale ones."""
+    rejections = [rejection_of(*row) for row in _newest_quarantined(spark, settings)]
+    return [r for r in rejections if rule_id is None or r.rule_id == rule_id]
+
+
+def _newest_quarantined(spark: SparkSession, settings: Settings) -> list[Any]:
     path = settings.table_path(QUARANTINE.name)
     if not DeltaTable.isDeltaTable(spark, path):
         return []
     frame = spark.read.format("delta").load(path)
-    rows = (
+    return (
         frame.where(F.col("source") == QUARANTINE_SOURCE)
-        .orderBy(F.col("quarantinedAt").desc())
+        .orderBy(F.col("quarantinedAt").desc(), F.col("sourceOffset"))
         .limit(MAX_LISTED)
         .select("rawPayload", "reason", "sourceOffset", "quarantinedAt")
         .collect()
     )
+
+
+def pending_rejections(spark: SparkSession, settings: Settings) -> list[Rejection]:
+    """Quarantined rule changes newer than the rules table's row for their rule, oldest first."""
+    rows = _newest_quarantined(spark, settings)
+    if not rows:
+        return []
     positions = read_view(spark, settings.table_path("rules")).positions
     watermark = positions.get(TRUNCATE_MARKER_ID, "")
     pending: dict[tuple[int, str], Rejection] = {}
@@ -99,12 +117,13 @@ def pending_rejections(spark: SparkSession, settings: Settings) -> list[Rejectio
     return [pending[key] for key in sorted(pending, key=lambda k: (k[1], k[0]))]
 
 
-def rejections_text(rejections: list[Rejection]) -> str:
-    """A plain-text block for people, under the rules list."""
+def rejections_text(rejections: list[Rejection], title: str | None = None) -> str:
+    """A plain-text block for people: under the rules list (the default title), or on its own."""
     if not rejections:
         return ""
+    heading = title or "rejected changes"
     lines = [
-        f"rejected changes ({len(rejections)}; quarantined, each rule's last good version stays in force):",
+        f"{heading} ({len(rejections)}; quarantined, each rule's last good version stays in force):",
         f"{'ruleId':>8}  {'quarantinedAt':<26}  source  reason",
     ]
     lines.extend(r.text() for r in rejections)

@@ -46,6 +46,16 @@ def sample_pg_position(name: str) -> str:
     return pg_position(int(source["lsn"]), int(json.loads(source["sequence"])[0] or 0))
 
 
+def reshaped(name: str, *, source: dict[str, Any] | None = None, replace_source: bool = False, **after: Any) -> str:
+    """A sample record value with its ``source`` block updated (or, with ``replace_source``, replaced) and some
+    ``after`` columns changed: the same change at another position, or a forged one."""
+    document = json.loads((SAMPLES / f"{name}.json").read_text())
+    payload = document.get("payload", document)
+    payload["source"] = (source or {}) if replace_source else {**payload["source"], **(source or {})}
+    payload["after"] = {**payload["after"], **after} if payload.get("after") is not None else None
+    return json.dumps(document)
+
+
 def sample_record(name: str) -> RawRecord:
     return RawRecord(sample(name), f"file:{name}.json:1")
 

@@ -36,7 +36,7 @@ def test_rules_commands_apply_list_time_travel_history_export_delete_all(
     first_lines = [sample("pg_snapshot_read_no_schema_string"), sample("pg_create_schema_precise"), "null", "{bad"]
     first.write_text("\n".join([*first_lines, json.dumps(bad_rule)]))
     code, out = cli(capsys, settings, conf, "rules", "apply", str(first))
-    assert code == 0 and "5 records: 2 applied (2 change-log rows), 0 stale/duplicate, 2 quarantined, 1 kafka" in out
+    assert code == 0 and "5 records: 2 applied (2 change-log rows), 0 duplicate, 2 quarantined (0 stale), 1 k" in out
     metrics = merge_metrics()
     assert (metrics["numTargetRowsInserted"], metrics["numTargetRowsUpdated"]) == (2, 0)
     rules = stable(table_rows(spark, settings, "rules"))
@@ -66,7 +66,7 @@ def test_rules_commands_apply_list_time_travel_history_export_delete_all(
         )
     )
     code, out = cli(capsys, settings, conf, "rules", "apply", str(second))
-    assert code == 0 and "3 applied (3 change-log rows), 1 stale/duplicate" in out
+    assert code == 0 and "3 applied (3 change-log rows), 1 duplicate, 0 quarantined (0 stale)" in out
     metrics = merge_metrics()
     assert (metrics["numTargetRowsInserted"], metrics["numTargetRowsUpdated"]) == (0, 2)
 
@@ -95,9 +95,10 @@ def test_rules_commands_apply_list_time_travel_history_export_delete_all(
 
     code, out = cli(capsys, settings, conf, "rules", "delete-all")
     assert code == 0 and "1 applied (2 change-log rows)" in out
-    # A replay of old events: the tombstones resist them; the MERGE matches both rows and updates none.
+    # A replay of old events: the tombstones resist them; the MERGE matches both rows and updates none. Both were
+    # applied before (their changes are in the change log): duplicates, counted, not quarantined as stale.
     code, out = cli(capsys, settings, conf, "rules", "apply", str(first))
-    assert "0 applied (0 change-log rows), 2 stale/duplicate" in out
+    assert "0 applied (0 change-log rows), 2 duplicate, 2 quarantined (0 stale)" in out
     assert merge_metrics()["numTargetRowsUpdated"] == 0
     rules = {r["ruleId"]: (r["ruleState"], r["sourcePosition"]) for r in table_rows(spark, settings, "rules")}
     deleted_all = rules[-1][1]

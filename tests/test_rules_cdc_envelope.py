@@ -19,6 +19,7 @@ from rules_cdc.rule_rows import TRUNCATE_MARKER_ID
 from rules_cdc.source_position import (
     PositionError,
     cli_position,
+    local_truncate_position,
     mysql_position,
     pg_position,
     position_of,
@@ -156,7 +157,10 @@ CREATE = json.loads(sample("mysql_handwritten_create_no_schema_string"))
         (json.dumps(_without(CREATE, "after")), "op 'c' event without 'after'"),
         (json.dumps({**CREATE, "op": "d", "before": None}), "delete event without 'before'"),
         (json.dumps({**CREATE, "source": {"connector": "x"}, "ts_ms": None}), "order is unknown"),
-        (json.dumps({**CREATE, "source": {**CREATE["source"], "file": "binlog"}}), "no numeric extension"),
+        (
+            json.dumps({**CREATE, "source": {**CREATE["source"], "file": "binlog"}}),
+            "is not <name>.<six or more digits>",
+        ),
     ],
 )
 def test_invalid_events_are_rejected_with_a_reason(base_settings: Settings, value: str, reason: str) -> None:
@@ -192,16 +196,23 @@ def test_position_source_precedence() -> None:
     assert read_envelope("null") is None
 
 
-def test_cli_positions_follow_everything_seen_and_precede_newer_database_events() -> None:
+def test_cli_positions_follow_everything_seen_and_delete_all_precedes_newer_database_events() -> None:
     assert cli_position([], now_ms=5) == (ts_position(5), 5)
     assert cli_position([ts_position(9)], now_ms=5) == (ts_position(10), 10)
     seen = [pg_position(100, 90), pg_position(120, 110)]
-    first, ms = cli_position(seen, now_ms=7)
+    with pytest.raises(PositionError, match="fed by a database"):  # CLI edits of such a table go to the database
+        cli_position(seen, now_ms=7)
+    first, ms = local_truncate_position(seen, now_ms=7)  # rules delete-all, built and applied in process
     assert first == pg_position(120, 110) + "+cli:" + "7".zfill(20)
-    second, _ = cli_position([*seen, first], now_ms=3, after_ms=ms)
+    second, _ = local_truncate_position([*seen, first], now_ms=3, after_ms=ms)
     assert max(seen) < first < second < pg_position(120, 111) < pg_position(121)
-    source = {"connector": "fraudlake-cli", "position": second, "lsn": 1}
-    assert position_of(source, 1) == second
+    assert local_truncate_position([ts_position(9)], now_ms=5) == (ts_position(10), 10)
+    cli = {"connector": "fraudlake-cli", "ts_ms": 10, "position": ts_position(10)}
+    assert position_of(cli, 1) == ts_position(10)
+    with pytest.raises(PositionError, match="never outrank the database"):  # no record may carry a +cli position
+        position_of({**cli, "position": second, "ts_ms": None}, 1)
+    with pytest.raises(PositionError, match="database log fields"):
+        position_of({**cli, "lsn": 1}, 1)
     with pytest.raises(PositionError, match="not a source position"):
         position_of({"connector": "fraudlake-cli", "position": "zz:1"}, 1)
     with pytest.raises(PositionError, match="mixes position kinds"):

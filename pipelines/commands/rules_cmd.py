@@ -5,16 +5,19 @@
     fraudlake rules apply FILE                     a JSON-lines file of record values, applied as one batch
     fraudlake rules run [--source files|kafka] [--once]   the streaming job (checkpoint per source)
     fraudlake rules list [--as-of VERSION|TIMESTAMP] [--json] [--all]
-    fraudlake rules history ID [--json]
+    fraudlake rules history ID [--json]            applied changes, then the rule's refused (quarantined) ones
+    fraudlake rules rejected [--rule ID] [--json]  quarantined rule changes, newest first (stale ones included)
     fraudlake rules export [--output FILE]         EXPORT_RULES_CURRENT: the live rules as a JSON array
     fraudlake rules delete-all                     DELETE_RULES_ALL: a truncate event, applied at once
-    fraudlake rules upsert FILE.json | pause ID | resume ID | delete ID   publish events to the rules topic
+    fraudlake rules upsert FILE.json | pause ID | resume ID | delete ID  [--via auto|rulesdb|kafka]
+                                                   to the rules database if one is configured, else the topic
     fraudlake rules backtest FILE.json [--from ISO] [--to ISO] [--output PATH]   alerts a candidate would have raised
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from contextlib import ExitStack
@@ -24,13 +27,16 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from delta_tables.rules import RULES
+from pipelines.base.runtime_env import SetupMissingError
 from pipelines.base.settings import Settings
 from pipelines.commands.context import settings_from, spark_from
 from pipelines.engine.backtest import alert_json_lines, backtest_per_day, backtest_rule, parse_instant_ms
-from rules_cdc.apply_changes import apply_records, ensure_rules_tables, read_view
-from rules_cdc.parse_events import RawRecord
-from rules_cdc.publisher import PublishRefused, edit_events, publish
-from rules_cdc.rejected_changes import pending_rejections, rejections_text
+from pipelines.local.rules_database import RulesDb
+from rules_cdc.apply_changes import apply_parsed, apply_records, ensure_rules_tables, read_view
+from rules_cdc.manage import edit_rules
+from rules_cdc.parse_events import ParsedBatch, RawRecord
+from rules_cdc.publisher import PublishRefused, delete_all_event
+from rules_cdc.rejected_changes import pending_rejections, quarantined_changes, rejections_text
 from rules_cdc.rule_model import RuleValidationError, parse_rule
 from rules_cdc.rule_rows import LIVE_STATES
 from rules_cdc.rules_views import (
@@ -41,6 +47,7 @@ from rules_cdc.rules_views import (
     rules_table_text,
     to_json_text,
 )
+from rules_cdc.rulesdb_edits import RulesDbUnavailable, dsn_from_environment
 from rules_cdc.streaming_job import start_rules_job
 
 
@@ -60,14 +67,27 @@ def register(subparsers: Any, parent: argparse.ArgumentParser) -> None:
     history = actions.add_parser("history", parents=[parent], help="every applied change of one rule")
     history.add_argument("rule_id", type=int)
     history.add_argument("--json", action="store_true")
+    rejected = actions.add_parser("rejected", parents=[parent], help="quarantined rule changes, stale ones included")
+    rejected.add_argument("--rule", type=int, dest="rule", help="only this rule's")
+    rejected.add_argument("--json", action="store_true")
     export = actions.add_parser("export", parents=[parent], help="EXPORT_RULES_CURRENT: live rules as JSON")
     export.add_argument("--output", type=Path, help="write to this file instead of stdout")
     actions.add_parser("delete-all", parents=[parent], help="DELETE_RULES_ALL: tombstone every rule")
-    upsert = actions.add_parser("upsert", parents=[parent], help="publish a create/update of the rule(s) in FILE")
+    upsert = actions.add_parser("upsert", parents=[parent], help="create or update the rule(s) in FILE")
     upsert.add_argument("file", type=Path, help="a JSON rule object or an array of them")
-    for name, text in (("pause", "publish a pause"), ("resume", "publish a resume"), ("delete", "publish a delete")):
-        edit = actions.add_parser(name, parents=[parent], help=f"{text} of rule ID")
+    edits = [upsert]
+    for name in ("pause", "resume", "delete"):
+        edit = actions.add_parser(name, parents=[parent], help=f"{name} rule ID")
         edit.add_argument("rule_id", type=int)
+        edits.append(edit)
+    for edit in edits:
+        edit.add_argument(
+            "--via",
+            choices=["auto", "rulesdb", "kafka"],
+            default="auto",
+            help="rulesdb: write fraud_rules (Debezium streams it); kafka: CLI events on the rules topic (a table "
+            "not fed by a database); auto (default): rulesdb when FRAUDLAKE_RULESDB_DSN is set or conf's runs",
+        )
     backtest = actions.add_parser(
         "backtest", parents=[parent], help="the alerts a candidate rule would have raised on bronze (writes nothing)"
     )
@@ -107,8 +127,18 @@ def run_rules(args: argparse.Namespace) -> int:
         return 0
     if action == "history":
         changes = rule_history(spark, settings, args.rule_id)
+        refused = [] if args.json else quarantined_changes(spark, settings, rule_id=args.rule_id)
         print(to_json_text(changes) if args.json else history_text(changes))
-        return 0 if changes else 1
+        if refused:
+            print(f"\n{rejections_text(refused, title=f'refused changes of rule {args.rule_id}')}")
+        return 0 if changes or refused else 1
+    if action == "rejected":
+        found = quarantined_changes(spark, settings, rule_id=args.rule)
+        if args.json:
+            print(to_json_text([dataclasses.asdict(r) for r in found]))
+        else:
+            print(rejections_text(found, title="quarantined rule changes, newest first") or "no rejected changes")
+        return 0
     if action == "export":
         text = to_json_text(rules_json(read_rules(spark, settings)))
         if args.output:
@@ -150,22 +180,53 @@ def _backtest(args: argparse.Namespace, spark: SparkSession, settings: Settings)
 
 
 def _edit(args: argparse.Namespace, spark: SparkSession, settings: Settings) -> int:
-    view = read_view(spark, settings.table_path(RULES.name))
+    """``delete-all`` at once in the lake; an edit to the rules database when one is configured (``--via``), else
+    as CLI events on the rules topic (refused on a table fed by a database)."""
+    if args.action == "delete-all":
+        event = delete_all_event(read_view(spark, settings.table_path(RULES.name)))
+        print(f"rules delete-all: {apply_parsed(spark, settings, ParsedBatch(events=[event])).summary()}")
+        return 0
+    conninfo = rulesdb_conninfo(settings) if args.via != "kafka" else None
+    if args.via == "rulesdb" and conninfo is None:
+        print(f"rules {args.action}: no rules database: set FRAUDLAKE_RULESDB_DSN or start conf's", file=sys.stderr)
+        return 2
     try:
+        rules = []
         if args.action == "upsert":
             raw = json.loads(args.file.read_text())
             items = raw if isinstance(raw, list) else [raw]
             rules = [parse_rule(item, settings.transaction_schema) for item in items]
-            events = edit_events(view, "upsert", rules=rules)
-        else:
-            events = edit_events(view, args.action, rule_id=getattr(args, "rule_id", None))
-    except (PublishRefused, RuleValidationError, ValueError) as error:
+        outcome = edit_rules(
+            spark,
+            settings,
+            args.action,
+            rules=rules,
+            rule_id=getattr(args, "rule_id", None),
+            publish_to="rulesdb" if conninfo else "kafka",
+            conninfo=conninfo,
+        )
+    except (PublishRefused, RuleValidationError, RulesDbUnavailable, ValueError) as error:
         print(f"rules {args.action}: {error}", file=sys.stderr)
         return 2
-    if args.action == "delete-all":
-        records = [RawRecord(json.dumps(e), "cli:delete-all") for e in events]
-        print(f"rules delete-all: {apply_records(spark, settings, records).summary()}")
-        return 0
-    sent = publish(settings, events)
-    print(f"rules {args.action}: published {sent} event(s) to {settings.kafka.topics.rules}")
+    if outcome.database is not None:
+        print(f"rules {args.action}: {outcome.database.detail}; Debezium streams it, the rules job applies it")
+    else:
+        print(f"rules {args.action}: published {len(outcome.events)} event(s) to {outcome.topic}")
     return 0
+
+
+def rulesdb_conninfo(settings: Settings) -> str | None:
+    """The rules database CLI edits go to: ``FRAUDLAKE_RULESDB_DSN``, else conf's local one when it runs; None when
+    neither. Built on ``RulesDb``'s public address (127.0.0.1, port, database, user); a password the server asks
+    for reaches libpq from the environment (``PGPASSWORD``/``PGPASSFILE``), never from a command line."""
+    dsn = dsn_from_environment()
+    if dsn:
+        return dsn
+    db = RulesDb.from_settings(settings)
+    try:
+        running = db.running()
+    except (SetupMissingError, OSError):
+        running = False
+    if not running:
+        return None
+    return f"host=127.0.0.1 port={db.effective_port()} dbname={db.database} user={db.user} connect_timeout=5"
