@@ -26,19 +26,19 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import LongType, StructField, StructType, TimestampType
+from pyspark.sql.types import DataType, LongType, StructField, StructType, TimestampType
 
 from delta_tables.alert_cooldown import append_last_alerts, compact_memory, fold_memory
 from delta_tables.batch_log import log_batch, previous_batch
 from delta_tables.bucket_state import TILE_COLUMNS, append_tiles, compact_tiles, fold_tiles, trim_condition
-from delta_tables.idempotent import append_tagged, files_for, table_version
+from delta_tables.idempotent import CommitTag, append_tagged, files_for, table_version
 from delta_tables.local_rows import local_frame
 from pipelines.base.settings import Settings
 from pipelines.base.spark_session import session_confs
@@ -77,70 +77,8 @@ AUTO_COMPACT_CONF = "spark.databricks.delta.autoCompact.enabled"
 SHUFFLE_PARTITIONS_CONF = "spark.sql.shuffle.partitions"
 ADAPTIVE_CONF = "spark.sql.adaptive.enabled"
 CO_PARTITION_CONF = "spark.sql.requireAllClusterKeysForCoPartition"
-TAGGED_KEEP = ("transactionId", "eventTime", "isLate", "ingestedAt", "batchId", "batchStartedAt")
-BATCH_CONSTANTS = StructType(
-    [
-        StructField("batchId", LongType(), False),
-        StructField("batchStartedAt", TimestampType(), False),
-        StructField("lateBeforeMs", LongType(), True),  # event times before this are late (null: nothing is)
-    ]
-)
 STATE_ROWS = (*TILE_COLUMNS, "lastBatchId", *COORDINATES)  # coordinates: computed once per tile, not per batch
 MEMORY_ROWS = ("ruleId", "keyValue", "lastAlertTimeMs", "lastBatchId")
-DETECTION_CONSTANTS = StructType(
-    [
-        StructField("_detectedAt", TimestampType(), False),
-        StructField("_rulesVersion", LongType(), False),
-        StructField("_batchId", LongType(), False),
-    ]
-)
-
-
-def _utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
-
-
-class _Steps:
-    """Wall-clock milliseconds per step of a batch, for the batch log."""
-
-    def __init__(self) -> None:
-        self.started = time.monotonic()
-        self._last = self.started
-        self.ms: dict[str, float] = {}
-
-    def done(self, step: str) -> None:
-        now = time.monotonic()
-        self.ms[step] = round((now - self._last) * 1000, 1)
-        self._last = now
-
-    @property
-    def total_seconds(self) -> float:
-        return time.monotonic() - self.started
-
-
-class _Background:
-    """Writes running on a small thread pool; leaving the block waits for all and raises the first error."""
-
-    def __init__(self) -> None:
-        self._pool = ThreadPoolExecutor(max_workers=5, thread_name_prefix="fraudlake-write")
-        self._futures: list[Future[None]] = []
-
-    def submit(self, point: str, batch_id: int, write: Callable[[], None]) -> None:
-        def run() -> None:
-            write()
-            crash_point(point, batch_id)
-
-        self._futures.append(self._pool.submit(run))
-
-    def __enter__(self) -> _Background:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        try:
-            for future in self._futures:
-                future.result()  # waits even when the block failed: no write may outlive its batch attempt
-        finally:
-            self._pool.shutdown(wait=True)
 
 
 class BatchHandler:
@@ -174,9 +112,6 @@ class BatchHandler:
         )
         self._memory = TableCache(self.paths.alert_cooldown, fold=fold_memory, columns=MEMORY_ROWS)
         self._previous: dict[str, Any] | None = None  # batch-log row of the last batch this handler completed
-        self._constants: DataFrame | None = None  # the batch's constants (BATCH_CONSTANTS), one row
-        self._alerts_ingest_ms: list[int] | None = None  # ingestion quantiles of this batch's alerts
-        self._alerts_committed_ms: float | None = None  # wall clock (epoch ms) when its alerts append committed
 
     @property
     def app_id(self) -> str:
@@ -218,7 +153,7 @@ class BatchHandler:
             raise
 
     def _process(self, batch: DataFrame, batch_id: int) -> dict[str, int]:
-        spark, app, steps = batch.sparkSession, self.app_id, _Steps()
+        spark, app, steps = batch.sparkSession, self.app_id, StepTimer()
         continuing = self._previous is not None and self._previous["batchId"] == batch_id - 1
         # A handler that completed batch_id - 1 knows nobody has started batch_id; anyone else asks the tables.
         attempt = Attempt.first(app, batch_id) if continuing else Attempt.recover(spark, self.paths, app, batch_id)
@@ -227,57 +162,44 @@ class BatchHandler:
             return {}
         previous = self._previous if continuing else previous_batch(spark, self.paths.batch_log, app, batch_id)
         m_before = attempt.pins.m_before if attempt.pins else (previous or {}).get("maxEventTimeMs")
-        started = _utcnow()
+        started = utcnow()
         lateness_ms = self.settings.engine.allowed_lateness_seconds * 1000
-        # The batch's constants come in as a one-row frame, not as literals: a literal number is compiled into the
-        # generated code, which would then differ (and be compiled again) on every batch.
-        constants = local_frame(
-            spark,
-            [
-                {
-                    "batchId": batch_id,
-                    "batchStartedAt": started,
-                    "lateBeforeMs": None if m_before is None else m_before - lateness_ms,
-                }
-            ],
-            BATCH_CONSTANTS,
-        )
+        late_before_ms = None if m_before is None else m_before - lateness_ms
+        constants = batch_constants(spark, batch_id=batch_id, started=started, late_before_ms=late_before_ms)
         # Cache the parse without this batch's constants (lateness bound, start time): Spark compiles the code of
         # a plan once and reuses it while the plan's text is the same, and the parse is the biggest piece.
         base = kept(flag_duplicates(parse_raw(batch, self.settings.transaction_schema)))
         cached: list[DataFrame] = [base]
-        self._constants = constants
-        parsed = base.crossJoin(F.broadcast(constants)).withColumns(
-            {
-                "ingestedAt": F.coalesce("ingestedAt", "batchStartedAt"),
-                "isLate": F.col("reason").isNull()
-                & F.coalesce(F.col("eventTimeMs") < F.col("lateBeforeMs"), F.lit(False)),
-            }
-        )
+        parsed = with_batch_constants(base, constants)
         try:
-            stats = self._stats(parsed)
-            if stats["rows"] == 0 and not attempt.committed:
+            stats = batch_stats(parsed)
+            if stats.rows == 0 and not attempt.committed:
                 return {}
             pins, states = self._pin(spark, attempt, previous, m_before)
             crash_point("pinned", batch_id)  # not a write: a hook for tests (reads pinned, nothing evaluated)
             steps.done("plan")
-            counts = self._write_batch(spark, parsed, attempt, pins, states, stats, cached, steps)
+            run = BatchRun(
+                spark=spark,
+                settings=self.settings,
+                paths=self.paths,
+                attempt=attempt,
+                pins=pins,
+                states=tuple(states),
+                stats=stats,
+                parsed=parsed,
+                valid=parsed.where(F.col("reason").isNull()),
+                constants=constants,
+                units=self._units,
+                partitions=self._partitions(),
+                started=started,
+                steps=steps,
+                cached=cached,
+            )
+            counts = self._write_batch(run)
             counts.update(rules=sum(len(s.rules) for s in states), states=len(states))
             counts["activeRules"] = sum(len(s.active_rules) for s in states)
-            known = [m for m in (m_before, stats["maxMs"]) if m is not None]
-            row = {
-                "job": app,
-                "batchId": batch_id,
-                "rulesVersion": pins.rules,
-                "startedAt": started,
-                "finishedAt": _utcnow(),
-                "durationMs": round(steps.total_seconds * 1000, 1),
-                "counts": counts,
-                "metrics": {**steps.ms, **self.last_latency},
-                "maxEventTimeMs": max(known) if known else None,
-                "pins": {k: v for k, v in pins.as_map().items() if v is not None},
-            }
-            log_batch(spark, self.paths.batch_log, row, tag=attempt.tag(BATCH_LOG_WRITE, pins))
+            row = run.log_row(counts, metrics={**steps.ms, **self.last_latency})
+            log_batch(spark, self.paths.batch_log, row, tag=run.tag(BATCH_LOG_WRITE))
             crash_point("logged", batch_id)
             self._previous = row
             self.last_counts, self.last_steps = counts, steps.ms
@@ -349,217 +271,396 @@ class BatchHandler:
             raise RuntimeError("the layout is chosen at the start of a batch")
         return self._layout
 
-    @staticmethod
-    def _stats(parsed: DataFrame) -> dict[str, Any]:
-        """Row counts and event-time range of the batch, in one pass over the cached frame."""
-        valid = F.col("reason").isNull()
-        row = parsed.agg(
-            F.count(F.lit(1)).alias("rows"),
-            F.count(F.when(valid, 1)).alias("valid"),
-            F.count(F.when(F.col("isLate"), 1)).alias("late"),
-            F.min(F.when(valid, F.col("eventTimeMs"))).alias("minMs"),
-            F.max(F.when(valid, F.col("eventTimeMs"))).alias("maxMs"),
-            ingestion_percentiles(F.when(valid & ~F.col("isLate"), F.col("ingestedAt"))).alias("ingestMs"),
-        ).first()
-        assert row is not None
-        return row.asDict()
-
-    def _write_batch(
-        self,
-        spark: SparkSession,
-        parsed: DataFrame,
-        attempt: Attempt,
-        pins: Pins,
-        states: Sequence[StateSpec],
-        stats: dict[str, Any],
-        cached: list[DataFrame],
-        steps: _Steps,
-    ) -> dict[str, int]:
-        batch_id, paths = attempt.batch_id, self.paths
-        valid = parsed.where(F.col("reason").isNull())
-        quarantined = stats["rows"] - stats["valid"]
-        alerts, written = 0, None
-        self._alerts_ingest_ms = self._alerts_committed_ms = None
+    def _write_batch(self, run: BatchRun) -> dict[str, int]:
+        """The batch's writes: quarantine and bronze appends beside the evaluation (tiles, alerts, cooldown memory),
+        the caches moved to what was appended, then retention when it is due."""
+        stats, paths = run.stats, run.paths
+        evaluated: Evaluated | None = None
         # Appends carry their own tags (writer options), so they run beside the evaluation.
-        with _Background() as background:
-            if quarantined and not attempt.done("quarantine"):
-                rows = quarantine_rows(parsed, batch_id=F.col("batchId"), now=F.col("batchStartedAt"))
-                tag = attempt.tag("quarantine", pins)
-                background.submit("quarantine", batch_id, lambda: append_tagged(rows, paths.quarantine, tag, files=1))
-            files = files_for(stats["valid"])
-            if stats["valid"] and not attempt.done("bronze"):
+        with BatchWrites(run.attempt, run.pins, after=crash_point) as writes:
+            if stats.quarantined:
+                rows = quarantine_rows(run.parsed, batch_id=F.col("batchId"), now=F.col("batchStartedAt"))
+                writes.append("quarantine", lambda tag: append_tagged(rows, paths.quarantine, tag, files=1))
+            if stats.valid:
                 bronze = bronze_rows(
-                    valid, self.settings.transaction_schema, batch_id=F.col("batchId"), late=F.col("isLate")
+                    run.valid, run.settings.transaction_schema, batch_id=F.col("batchId"), late=F.col("isLate")
                 )
-                bronze_tag = attempt.tag("bronze", pins)
-                background.submit(
-                    "bronze", batch_id, lambda: append_tagged(bronze, paths.bronze, bronze_tag, files=files)
+                files = files_for(stats.valid)
+                writes.append("bronze", lambda tag: append_tagged(bronze, paths.bronze, tag, files=files))
+            if run.states and stats.valid:
+                evaluated = evaluate_batch(
+                    run, writes, state_cache=self._state, memory_cache=self._memory, to_kafka=self.alerts_to_kafka
                 )
-            if states and stats["valid"]:
-                written = self._evaluate(spark, valid, attempt, pins, states, stats, cached, background)
-        steps.done("evaluate")
-        # The caches move to the versions just written, on this thread, once no job reads them any more.
-        if written is not None:
-            alerts = written.alerts
-            self._take_over(spark, self._state, written.tiles, "state", attempt, _pinned(pins.state))
-            if written.memory is not None:
-                self._take_over(spark, self._memory, written.memory, "cooldown", attempt, _pinned(pins.cooldown))
-        # Latency at the alerts' commit (or, without alerts, at the end of the batch's writes): latency.py
-        committed_ms = self._alerts_committed_ms or time.time() * 1000
-        self.last_latency = {
-            COMMITTED_AT: round(committed_ms, 1),  # per-transaction latency = this - its ingestion (live_latency)
-            **latency_metrics(ALERT_PREFIX, commit_ms=committed_ms, ingestion_ms=self._alerts_ingest_ms),
-            **latency_metrics(EVALUATED_PREFIX, commit_ms=committed_ms, ingestion_ms=stats["ingestMs"]),
-        }
-        known = [m for m in (pins.m_before, stats["maxMs"]) if m is not None]
-        if known and retention_due(batch_id, self.settings.engine.retention_every_batches):
-            self._compact(spark, attempt, pins, states, high_water_ms=max(known))
-            steps.done("retention")
+        run.steps.done("evaluate")
+        if evaluated is not None:
+            take_over_appends(run, evaluated, state_cache=self._state, memory_cache=self._memory)
+        self.last_latency = batch_latency(stats, evaluated)
+        high_water_ms = run.high_water_ms
+        if high_water_ms is not None and retention_due(run.batch_id, run.settings.engine.retention_every_batches):
+            compact_state(run, state_cache=self._state, memory_cache=self._memory, high_water_ms=high_water_ms)
+            crash_point("retention", run.batch_id)
+            run.steps.done("retention")
         return {
-            "rows": stats["rows"],
-            "valid": stats["valid"],
-            "late": stats["late"],
-            "quarantined": quarantined,
-            "alerts": alerts,
+            "rows": stats.rows,
+            "valid": stats.valid,
+            "late": stats.late,
+            "quarantined": stats.quarantined,
+            "alerts": evaluated.alerts if evaluated else 0,
         }
 
-    def _evaluate(
-        self,
-        spark: SparkSession,
-        valid: DataFrame,
-        attempt: Attempt,
-        pins: Pins,
-        states: Sequence[StateSpec],
-        stats: dict[str, Any],
-        cached: list[DataFrame],
-        background: _Background,
-    ) -> _Written:
-        """Evaluate the batch; its tiles, alerts and cooldown memory are appended in the background."""
-        engine, batch_id = self.settings.engine, attempt.batch_id
-        bucket_ms = engine.bucket_seconds * 1000
-        files = files_for(stats["valid"] * len(states) * 3)  # at most three tiles (levels) per row and state
-        tagged = tag_rows(valid, states, bucket_ms=bucket_ms, keep=TAGGED_KEEP, units=self._units)
-        tagged = co_partitioned(tagged, self._partitions())
-        tagged = kept(tagged)
-        cached.append(tagged)
-        # Materialized (a local checkpoint): the append and the evaluation read it, then the state cache keeps it.
-        assert self._constants is not None, "set by _process for the batch"
-        stamp = self._constants.select(
-            F.col("batchId").alias("lastBatchId"), F.col("batchStartedAt").alias("updatedAt")
-        )
-        batch_tiles = materialize(
-            with_coordinates(tiles(tagged, bucket_ms=bucket_ms), bucket_ms=bucket_ms).crossJoin(F.broadcast(stamp))
-        )
-        self._state.ensure(spark, _pinned(pins.state))
-        if not attempt.done("state"):
-            state_tag, state_path = attempt.tag("state", pins), self.paths.bucket_state
-            background.submit(
-                "state",
-                batch_id,
-                lambda: append_tiles(
-                    tiles_to_table(batch_tiles), state_path, batch_id=None, tag=state_tag, files=files
-                ),
-            )
-        written = _Written(batch_tiles)
-        active = [s for s in states if s.active_rules]
-        if not active:
-            return written
-        active_ids = [s.state_id for s in active]
-        rules = rules_frame(spark, states, bucket_seconds=engine.bucket_seconds, units=self._units)
-        prior = self._state.frame().where(F.col("stateId").isin(*active_ids))
-        # Late rows are not evaluated but count for the rows after them, also within their bucket.
-        running = running_in_bucket(tagged.where(F.col("stateId").isin(*active_ids))).where(~F.col("isLate"))
-        active_tiles = batch_tiles.where(F.col("stateId").isin(*active_ids))
-        emitted = materialize(candidate_alerts(running, rules, prior, active_tiles, bucket_ms=bucket_ms))
-        cached.append(emitted)
-        if any(r.rule.cooldown_minutes for s in active for r in s.active_rules):
-            self._memory.ensure(spark, _pinned(pins.cooldown))
-            emitted = materialize(apply_cooldown(emitted, fold_memory(self._memory.frame())))
-            cached.append(emitted)
-        # Candidates are few: one task over all of them, one stage (an aggregation over several partitions would
-        # add a shuffle and a second stage, the larger part of this step's cost on a small batch).
-        counted = emitted.coalesce(1).agg(F.count(F.lit(1)), ingestion_percentiles(F.col("ingestedAt"))).first()
-        written.alerts, self._alerts_ingest_ms = (counted[0], counted[1]) if counted else (0, None)
-        if written.alerts:
-            detection = local_frame(spark, [(_utcnow(), pins.rules, batch_id)], DETECTION_CONSTANTS)
-            rows = alert_rows(
-                emitted.crossJoin(F.broadcast(detection)),
-                rules_version=F.col("_rulesVersion"),
-                batch_id=F.col("_batchId"),
-                detected_at=F.col("_detectedAt"),
-            )
-            rows = kept(rows)
-            cached.append(rows)
-            if not attempt.done("alerts"):
-                alerts_tag = attempt.tag("alerts", pins)
-                background.submit("alerts", batch_id, lambda: self._publish_alerts(rows, alerts_tag))
-            memory = materialize(last_alert_times(emitted).crossJoin(F.broadcast(stamp)))
-            written.memory = memory  # the memory cache takes it over after the append
-            if not attempt.done("cooldown"):
-                memory_tag, memory_path = attempt.tag("cooldown", pins), self.paths.alert_cooldown
-                background.submit(
-                    "cooldown",
-                    batch_id,
-                    lambda: append_last_alerts(memory, memory_path, batch_id=None, tag=memory_tag, files=1),
-                )
-        return written
 
-    def _take_over(
-        self, spark: SparkSession, cache: TableCache, frame: DataFrame, write: str, attempt: Attempt, read: int
-    ) -> None:
-        """Give the cache the frame this batch appended (or, if an earlier attempt did, make it reload)."""
-        if attempt.done(write):
-            cache.invalidate()
-            release(frame)
-        else:
-            cache.appended(spark, frame, read_version=read)
+# --- the values of one batch run ------------------------------------------------------------------------------
 
-    def _publish_alerts(self, rows: DataFrame, tag: Any) -> None:
-        """The alerts append, then the Kafka copy when configured (at-least-once)."""
-        append_tagged(rows, self.paths.alerts, tag, files=1)
-        self._alerts_committed_ms = time.time() * 1000
-        if self.alerts_to_kafka:
-            write_alerts_to_kafka(rows, self.settings)
-
-    def _compact(
-        self, spark: SparkSession, attempt: Attempt, pins: Pins, states: Sequence[StateSpec], *, high_water_ms: int
-    ) -> None:
-        """Retention: rewrite the state and the cooldown memory folded, without what no lookback can reach."""
-        engine = self.settings.engine
-        lateness_ms = engine.allowed_lateness_seconds * 1000
-        if not attempt.done("state-compact"):
-            horizons = state_horizons(
-                states, high_water_ms=high_water_ms, lateness_ms=lateness_ms, bucket_seconds=engine.bucket_seconds
-            )
-            read = table_version(spark, self.paths.bucket_state)
-            self._state.ensure(spark, read)
-            folded = with_coordinates(fold_tiles(self._state.frame()), bucket_ms=engine.bucket_seconds * 1000)
-            folded = folded.where(trim_condition(horizons))
-            folded = materialize(folded.withColumn("updatedAt", F.current_timestamp()))
-            compact_tiles(tiles_to_table(folded), self.paths.bucket_state, tag=attempt.tag("state-compact", pins))
-            self._state.reset(spark, folded, written_version=read + 1)
-        if not attempt.done("cooldown-compact"):
-            horizon = cooldown_horizon_ms(high_water_ms=high_water_ms, lateness_ms=lateness_ms)
-            read = table_version(spark, self.paths.alert_cooldown)
-            self._memory.ensure(spark, read)
-            recent = fold_memory(self._memory.frame()).where(F.col("lastAlertTimeMs") >= F.lit(horizon))
-            recent = materialize(recent.withColumn("updatedAt", F.current_timestamp()))
-            compact_memory(recent, self.paths.alert_cooldown, tag=attempt.tag("cooldown-compact", pins))
-            self._memory.reset(spark, recent, written_version=read + 1)
-        crash_point("retention", attempt.batch_id)
+BATCH_CONSTANTS = StructType(
+    [
+        StructField("batchId", LongType(), False),
+        StructField("batchStartedAt", TimestampType(), False),
+        StructField("lateBeforeMs", LongType(), True),  # event times before this are late (null: nothing is)
+    ]
+)
 
 
-@dataclass
-class _Written:
-    """What the evaluation hands back: the batch's tiles and cooldown rows (persisted; appended in the
-    background, then taken over by the caches) and its alert count."""
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
 
-    tiles: DataFrame
-    alerts: int = 0
-    memory: DataFrame | None = None
+
+class StepTimer:
+    """Wall-clock milliseconds per step of a batch, for the batch log."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self._last = self.started
+        self.ms: dict[str, float] = {}
+
+    def done(self, step: str) -> None:
+        now = time.monotonic()
+        self.ms[step] = round((now - self._last) * 1000, 1)
+        self._last = now
+
+    @property
+    def total_seconds(self) -> float:
+        return time.monotonic() - self.started
+
+
+@dataclass(frozen=True)
+class BatchStats:
+    """Row counts and event-time range of a batch (its valid rows'), and its ingestion-time quantiles."""
+
+    rows: int
+    valid: int
+    late: int
+    min_ms: int | None
+    max_ms: int | None
+    ingest_ms: list[int] | None  # ``latency.ingestion_percentiles`` of the valid, in-time rows
+
+    @property
+    def quarantined(self) -> int:
+        return self.rows - self.valid
+
+
+def batch_stats(parsed: DataFrame) -> BatchStats:
+    """Row counts and event-time range of the batch, in one pass over the cached frame."""
+    valid = F.col("reason").isNull()
+    row = parsed.agg(
+        F.count(F.lit(1)).alias("rows"),
+        F.count(F.when(valid, 1)).alias("valid"),
+        F.count(F.when(F.col("isLate"), 1)).alias("late"),
+        F.min(F.when(valid, F.col("eventTimeMs"))).alias("minMs"),
+        F.max(F.when(valid, F.col("eventTimeMs"))).alias("maxMs"),
+        ingestion_percentiles(F.when(valid & ~F.col("isLate"), F.col("ingestedAt"))).alias("ingestMs"),
+    ).first()
+    assert row is not None
+    return BatchStats(row["rows"], row["valid"], row["late"], row["minMs"], row["maxMs"], row["ingestMs"])
+
+
+def batch_constants(
+    spark: SparkSession, *, batch_id: int, started: dt.datetime, late_before_ms: int | None
+) -> DataFrame:
+    """The batch's constants (BATCH_CONSTANTS) as a one-row frame, not as literals: a literal number is compiled
+    into the generated code, which would then differ (and be compiled again) on every batch."""
+    row = {"batchId": batch_id, "batchStartedAt": started, "lateBeforeMs": late_before_ms}
+    return local_frame(spark, [row], BATCH_CONSTANTS)
+
+
+def with_batch_constants(base: DataFrame, constants: DataFrame) -> DataFrame:
+    """The parsed rows with the batch's constants, their ingestion time (the batch's start if the source had
+    none) and ``isLate``."""
+    parsed = base.crossJoin(F.broadcast(constants))
+    return parsed.withColumns(
+        {
+            "ingestedAt": F.coalesce("ingestedAt", "batchStartedAt"),
+            "isLate": F.col("reason").isNull() & F.coalesce(F.col("eventTimeMs") < F.col("lateBeforeMs"), F.lit(False)),
+        }
+    )
+
+
+@dataclass(frozen=True)
+class BatchRun:
+    """What one attempt at one micro-batch works with, from its pins on: the steps take this one object.
+
+    ``cached`` collects the frames the batch keeps on the executors (released when it ends); ``steps`` times it.
+    """
+
+    spark: SparkSession
+    settings: Settings
+    paths: EnginePaths
+    attempt: Attempt
+    pins: Pins
+    states: tuple[StateSpec, ...]
+    stats: BatchStats
+    parsed: DataFrame  # every record, with the batch's constants (``with_batch_constants``)
+    valid: DataFrame  # the parsed transactions without a ``reason``
+    constants: DataFrame  # BATCH_CONSTANTS, one row
+    units: DataType  # the hot path's arithmetic (``pipelines.engine.units``)
+    partitions: int  # the hot path's layout (``buckets.co_partitioned``)
+    started: dt.datetime
+    steps: StepTimer = field(repr=False)
+    cached: list[DataFrame] = field(repr=False)
+
+    @property
+    def batch_id(self) -> int:
+        return self.attempt.batch_id
+
+    @property
+    def state_version(self) -> int:
+        """The bucket-state version the batch evaluates against (pinned after any state maintenance)."""
+        return _pinned(self.pins.state)
+
+    @property
+    def cooldown_version(self) -> int:
+        """The cooldown-memory version the batch evaluates against."""
+        return _pinned(self.pins.cooldown)
+
+    @property
+    def high_water_ms(self) -> int | None:
+        """The greatest event time seen up to and including this batch (None before any valid row)."""
+        known = [m for m in (self.pins.m_before, self.stats.max_ms) if m is not None]
+        return max(known) if known else None
+
+    def tag(self, write: str) -> CommitTag:
+        return self.attempt.tag(write, self.pins)
+
+    def log_row(self, counts: dict[str, int], *, metrics: dict[str, float]) -> dict[str, Any]:
+        """The batch's ``batch_log`` row, finished now."""
+        return {
+            "job": self.attempt.app_id,
+            "batchId": self.batch_id,
+            "rulesVersion": self.pins.rules,
+            "startedAt": self.started,
+            "finishedAt": utcnow(),
+            "durationMs": round(self.steps.total_seconds * 1000, 1),
+            "counts": counts,
+            "metrics": metrics,
+            "maxEventTimeMs": self.high_water_ms,
+            "pins": {k: v for k, v in self.pins.as_map().items() if v is not None},
+        }
 
 
 def _pinned(version: int | None) -> int:
     if version is None:
         raise RuntimeError("the state and cooldown versions are pinned before evaluation")
     return version
+
+
+# --- the batch's tagged appends ----------------------------------------------------------------------------------
+
+
+class BatchWrites:
+    """A batch's appends, each written at most once per batch and run on a small thread pool beside the evaluation.
+
+    ``append(write, commit)``: unless an earlier attempt of the batch committed ``write``, ``commit`` runs in the
+    background with the write's commit tag, then ``after(write, batch_id)`` (the crash points of the tests).
+    Leaving the block waits for every write and raises the first error.
+    """
+
+    def __init__(self, attempt: Attempt, pins: Pins, *, after: Callable[[str, int], None]) -> None:
+        self._attempt, self._pins, self._after = attempt, pins, after
+        self._pool = ThreadPoolExecutor(max_workers=5, thread_name_prefix="fraudlake-write")
+        self._futures: list[Future[None]] = []
+
+    def append(self, write: str, commit: Callable[[CommitTag], None]) -> None:
+        if self._attempt.done(write):
+            return
+        tag, batch_id = self._attempt.tag(write, self._pins), self._attempt.batch_id
+
+        def run() -> None:
+            commit(tag)
+            self._after(write, batch_id)
+
+        self._futures.append(self._pool.submit(run))
+
+    def __enter__(self) -> BatchWrites:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            for future in self._futures:
+                future.result()  # waits even when the block failed: no write may outlive its batch attempt
+        finally:
+            self._pool.shutdown(wait=True)
+
+
+# --- the evaluation ------------------------------------------------------------------------------------------
+
+TAGGED_KEEP = ("transactionId", "eventTime", "isLate", "ingestedAt", "batchId", "batchStartedAt")
+DETECTION_CONSTANTS = StructType(
+    [
+        StructField("_detectedAt", TimestampType(), False),
+        StructField("_rulesVersion", LongType(), False),
+        StructField("_batchId", LongType(), False),
+    ]
+)
+
+
+@dataclass
+class Evaluated:
+    """What the evaluation hands back: the batch's tiles and cooldown rows (materialized; appended in the
+    background, then taken over by the caches), its alert count, and what its latency is measured from."""
+
+    tiles: DataFrame
+    alerts: int = 0
+    memory: DataFrame | None = None
+    alerts_ingest_ms: list[int] | None = None  # ingestion quantiles of the batch's alerts
+    alerts_committed_ms: float | None = None  # wall clock (epoch ms) when the alerts append committed
+
+
+def evaluate_batch(
+    run: BatchRun, writes: BatchWrites, *, state_cache: TableCache, memory_cache: TableCache, to_kafka: bool
+) -> Evaluated:
+    """Evaluate the batch; its tiles, alerts and cooldown memory are appended in the background."""
+    spark, engine, paths, states = run.spark, run.settings.engine, run.paths, run.states
+    bucket_ms = engine.bucket_seconds * 1000
+    files = files_for(run.stats.valid * len(states) * 3)  # at most three tiles (levels) per row and state
+    tagged = tag_rows(run.valid, states, bucket_ms=bucket_ms, keep=TAGGED_KEEP, units=run.units)
+    tagged = co_partitioned(tagged, run.partitions)
+    tagged = kept(tagged)
+    run.cached.append(tagged)
+    # Materialized (a local checkpoint): the append and the evaluation read it, then the state cache keeps it.
+    stamp = run.constants.select(F.col("batchId").alias("lastBatchId"), F.col("batchStartedAt").alias("updatedAt"))
+    batch_tiles = materialize(
+        with_coordinates(tiles(tagged, bucket_ms=bucket_ms), bucket_ms=bucket_ms).crossJoin(F.broadcast(stamp))
+    )
+    state_cache.ensure(spark, run.state_version)
+    writes.append(
+        "state",
+        lambda tag: append_tiles(tiles_to_table(batch_tiles), paths.bucket_state, batch_id=None, tag=tag, files=files),
+    )
+    evaluated = Evaluated(batch_tiles)
+    active = [s for s in states if s.active_rules]
+    if not active:
+        return evaluated
+    active_ids = [s.state_id for s in active]
+    rules = rules_frame(spark, states, bucket_seconds=engine.bucket_seconds, units=run.units)
+    prior = state_cache.frame().where(F.col("stateId").isin(*active_ids))
+    # Late rows are not evaluated but count for the rows after them, also within their bucket.
+    running = running_in_bucket(tagged.where(F.col("stateId").isin(*active_ids))).where(~F.col("isLate"))
+    active_tiles = batch_tiles.where(F.col("stateId").isin(*active_ids))
+    emitted = materialize(candidate_alerts(running, rules, prior, active_tiles, bucket_ms=bucket_ms))
+    run.cached.append(emitted)
+    if any(r.rule.cooldown_minutes for s in active for r in s.active_rules):
+        memory_cache.ensure(spark, run.cooldown_version)
+        emitted = materialize(apply_cooldown(emitted, fold_memory(memory_cache.frame())))
+        run.cached.append(emitted)
+    # Candidates are few: one task over all of them, one stage (an aggregation over several partitions would
+    # add a shuffle and a second stage, the larger part of this step's cost on a small batch).
+    counted = emitted.coalesce(1).agg(F.count(F.lit(1)), ingestion_percentiles(F.col("ingestedAt"))).first()
+    evaluated.alerts, evaluated.alerts_ingest_ms = (counted[0], counted[1]) if counted else (0, None)
+    if evaluated.alerts:
+        detection = local_frame(spark, [(utcnow(), run.pins.rules, run.batch_id)], DETECTION_CONSTANTS)
+        rows = alert_rows(
+            emitted.crossJoin(F.broadcast(detection)),
+            rules_version=F.col("_rulesVersion"),
+            batch_id=F.col("_batchId"),
+            detected_at=F.col("_detectedAt"),
+        )
+        rows = kept(rows)
+        run.cached.append(rows)
+
+        def publish(tag: CommitTag) -> None:
+            """The alerts append, then the Kafka copy when configured (at-least-once)."""
+            append_tagged(rows, paths.alerts, tag, files=1)
+            evaluated.alerts_committed_ms = time.time() * 1000
+            if to_kafka:
+                write_alerts_to_kafka(rows, run.settings)
+
+        writes.append("alerts", publish)
+        memory = materialize(last_alert_times(emitted).crossJoin(F.broadcast(stamp)))
+        evaluated.memory = memory  # the memory cache takes it over after the append
+        writes.append(
+            "cooldown",
+            lambda tag: append_last_alerts(memory, paths.alert_cooldown, batch_id=None, tag=tag, files=1),
+        )
+    return evaluated
+
+
+def take_over_appends(
+    run: BatchRun, evaluated: Evaluated, *, state_cache: TableCache, memory_cache: TableCache
+) -> None:
+    """The caches move to the versions just written, on the batch's thread, once no job reads them any more."""
+    _take_over(run, state_cache, evaluated.tiles, "state", run.state_version)
+    if evaluated.memory is not None:
+        _take_over(run, memory_cache, evaluated.memory, "cooldown", run.cooldown_version)
+
+
+def _take_over(run: BatchRun, cache: TableCache, frame: DataFrame, write: str, read: int) -> None:
+    """Give the cache the frame this batch appended (or, if an earlier attempt did, make it reload)."""
+    if run.attempt.done(write):
+        cache.invalidate()
+        release(frame)
+    else:
+        cache.appended(run.spark, frame, read_version=read)
+
+
+def batch_latency(stats: BatchStats, evaluated: Evaluated | None) -> dict[str, float]:
+    """Latency at the alerts' commit (or, without alerts, at the end of the batch's writes): latency.py"""
+    committed_ms = (evaluated.alerts_committed_ms if evaluated else None) or time.time() * 1000
+    return {
+        COMMITTED_AT: round(committed_ms, 1),  # per-transaction latency = this - its ingestion (live_latency)
+        **latency_metrics(
+            ALERT_PREFIX, commit_ms=committed_ms, ingestion_ms=evaluated.alerts_ingest_ms if evaluated else None
+        ),
+        **latency_metrics(EVALUATED_PREFIX, commit_ms=committed_ms, ingestion_ms=stats.ingest_ms),
+    }
+
+
+# --- retention -----------------------------------------------------------------------------------------------
+
+
+def compact_state(run: BatchRun, *, state_cache: TableCache, memory_cache: TableCache, high_water_ms: int) -> None:
+    """Retention: rewrite the state and the cooldown memory folded, without what no lookback can reach; each is
+    skipped when an earlier attempt of the batch committed it, and its cache then holds what was written."""
+    lateness_ms = run.settings.engine.allowed_lateness_seconds * 1000
+    if not run.attempt.done("state-compact"):
+        horizons = state_horizons(
+            run.states,
+            high_water_ms=high_water_ms,
+            lateness_ms=lateness_ms,
+            bucket_seconds=run.settings.engine.bucket_seconds,
+        )
+        compact_state_tiles(run, state_cache, horizons)
+    if not run.attempt.done("cooldown-compact"):
+        horizon = cooldown_horizon_ms(high_water_ms=high_water_ms, lateness_ms=lateness_ms)
+        compact_cooldown_memory(run, memory_cache, horizon)
+
+
+def compact_state_tiles(run: BatchRun, cache: TableCache, horizons: dict[str, int]) -> None:
+    """The bucket state folded (one row per tile), each state's tiles before its horizon dropped, in one commit."""
+    spark, path = run.spark, run.paths.bucket_state
+    read = table_version(spark, path)
+    cache.ensure(spark, read)
+    folded = with_coordinates(fold_tiles(cache.frame()), bucket_ms=run.settings.engine.bucket_seconds * 1000)
+    folded = folded.where(trim_condition(horizons))
+    folded = materialize(folded.withColumn("updatedAt", F.current_timestamp()))
+    compact_tiles(tiles_to_table(folded), path, tag=run.tag("state-compact"))
+    cache.reset(spark, folded, written_version=read + 1)
+
+
+def compact_cooldown_memory(run: BatchRun, cache: TableCache, horizon_ms: int) -> None:
+    """The cooldown memory folded (one row per rule and key), without rows older than ``horizon_ms``."""
+    spark, path = run.spark, run.paths.alert_cooldown
+    read = table_version(spark, path)
+    cache.ensure(spark, read)
+    recent = fold_memory(cache.frame()).where(F.col("lastAlertTimeMs") >= F.lit(horizon_ms))
+    recent = materialize(recent.withColumn("updatedAt", F.current_timestamp()))
+    compact_memory(recent, path, tag=run.tag("cooldown-compact"))
+    cache.reset(spark, recent, written_version=read + 1)
