@@ -23,45 +23,32 @@ Example::
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
-import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import DataType, LongType, StructField, StructType, TimestampType
 
-from delta_tables.alert_cooldown import append_last_alerts, compact_memory, fold_memory
+from delta_tables.alert_cooldown import fold_memory
 from delta_tables.batch_log import log_batch, previous_batch
-from delta_tables.bucket_state import TILE_COLUMNS, append_tiles, compact_tiles, fold_tiles, trim_condition
-from delta_tables.idempotent import CommitTag, append_tagged, files_for, table_version
-from delta_tables.local_rows import local_frame
+from delta_tables.bucket_state import TILE_COLUMNS, fold_tiles
+from delta_tables.idempotent import append_tagged, files_for, table_version
 from pipelines.base.settings import Settings
 from pipelines.base.spark_session import session_confs
-from pipelines.engine.alert_rows import alert_rows, write_alerts_to_kafka
-from pipelines.engine.buckets import co_partitioned, tag_rows, tiles
-from pipelines.engine.cooldown import apply_cooldown, last_alert_times
-from pipelines.engine.evaluate import candidate_alerts, rules_frame, running_in_bucket
+from pipelines.engine.batch_evaluation import Evaluated, batch_latency, evaluate_batch, take_over_appends
+from pipelines.engine.batch_run import BatchRun, StepTimer, batch_constants, batch_stats, utcnow, with_batch_constants
+from pipelines.engine.batch_writes import BatchWrites
+from pipelines.engine.buckets import co_partitioned
 from pipelines.engine.faults import crash_point
-from pipelines.engine.latency import (
-    ALERT_PREFIX,
-    COMMITTED_AT,
-    EVALUATED_PREFIX,
-    format_latency,
-    ingestion_percentiles,
-    latency_metrics,
-)
+from pipelines.engine.latency import format_latency
 from pipelines.engine.lookback import COORDINATES, with_coordinates
 from pipelines.engine.parse_transactions import bronze_rows, flag_duplicates, parse_raw, quarantine_rows
 from pipelines.engine.recovery import BATCH_LOG_WRITE, Attempt, EnginePaths, Pins
-from pipelines.engine.retention import cooldown_horizon_ms, retention_due, state_horizons
+from pipelines.engine.retention import compact_state, retention_due
 from pipelines.engine.state_rebuild import forgotten_rule_ids, maintain_states, needs_maintenance
 from pipelines.engine.states import RulesCache, StateSpec, plan_states, states_of
-from pipelines.engine.table_cache import TableCache, kept, materialize, release
+from pipelines.engine.table_cache import TableCache, kept, release
 from pipelines.engine.units import (
     ANSI_CONF,
     LONG_UNITS,
@@ -69,7 +56,6 @@ from pipelines.engine.units import (
     WIDE_UNITS,
     is_overflow,
     tiles_from_table,
-    tiles_to_table,
 )
 
 log = logging.getLogger(__name__)
@@ -307,360 +293,3 @@ class BatchHandler:
             "quarantined": stats.quarantined,
             "alerts": evaluated.alerts if evaluated else 0,
         }
-
-
-# --- the values of one batch run ------------------------------------------------------------------------------
-
-BATCH_CONSTANTS = StructType(
-    [
-        StructField("batchId", LongType(), False),
-        StructField("batchStartedAt", TimestampType(), False),
-        StructField("lateBeforeMs", LongType(), True),  # event times before this are late (null: nothing is)
-    ]
-)
-
-
-def utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
-
-
-class StepTimer:
-    """Wall-clock milliseconds per step of a batch, for the batch log."""
-
-    def __init__(self) -> None:
-        self.started = time.monotonic()
-        self._last = self.started
-        self.ms: dict[str, float] = {}
-
-    def done(self, step: str) -> None:
-        now = time.monotonic()
-        self.ms[step] = round((now - self._last) * 1000, 1)
-        self._last = now
-
-    @property
-    def total_seconds(self) -> float:
-        return time.monotonic() - self.started
-
-
-@dataclass(frozen=True)
-class BatchStats:
-    """Row counts and event-time range of a batch (its valid rows'), and its ingestion-time quantiles."""
-
-    rows: int
-    valid: int
-    late: int
-    min_ms: int | None
-    max_ms: int | None
-    ingest_ms: list[int] | None  # ``latency.ingestion_percentiles`` of the valid, in-time rows
-
-    @property
-    def quarantined(self) -> int:
-        return self.rows - self.valid
-
-
-def batch_stats(parsed: DataFrame) -> BatchStats:
-    """Row counts and event-time range of the batch, in one pass over the cached frame."""
-    valid = F.col("reason").isNull()
-    row = parsed.agg(
-        F.count(F.lit(1)).alias("rows"),
-        F.count(F.when(valid, 1)).alias("valid"),
-        F.count(F.when(F.col("isLate"), 1)).alias("late"),
-        F.min(F.when(valid, F.col("eventTimeMs"))).alias("minMs"),
-        F.max(F.when(valid, F.col("eventTimeMs"))).alias("maxMs"),
-        ingestion_percentiles(F.when(valid & ~F.col("isLate"), F.col("ingestedAt"))).alias("ingestMs"),
-    ).first()
-    assert row is not None
-    return BatchStats(row["rows"], row["valid"], row["late"], row["minMs"], row["maxMs"], row["ingestMs"])
-
-
-def batch_constants(
-    spark: SparkSession, *, batch_id: int, started: dt.datetime, late_before_ms: int | None
-) -> DataFrame:
-    """The batch's constants (BATCH_CONSTANTS) as a one-row frame, not as literals: a literal number is compiled
-    into the generated code, which would then differ (and be compiled again) on every batch."""
-    row = {"batchId": batch_id, "batchStartedAt": started, "lateBeforeMs": late_before_ms}
-    return local_frame(spark, [row], BATCH_CONSTANTS)
-
-
-def with_batch_constants(base: DataFrame, constants: DataFrame) -> DataFrame:
-    """The parsed rows with the batch's constants, their ingestion time (the batch's start if the source had
-    none) and ``isLate``."""
-    parsed = base.crossJoin(F.broadcast(constants))
-    return parsed.withColumns(
-        {
-            "ingestedAt": F.coalesce("ingestedAt", "batchStartedAt"),
-            "isLate": F.col("reason").isNull() & F.coalesce(F.col("eventTimeMs") < F.col("lateBeforeMs"), F.lit(False)),
-        }
-    )
-
-
-@dataclass(frozen=True)
-class BatchRun:
-    """What one attempt at one micro-batch works with, from its pins on: the steps take this one object.
-
-    ``cached`` collects the frames the batch keeps on the executors (released when it ends); ``steps`` times it.
-    """
-
-    spark: SparkSession
-    settings: Settings
-    paths: EnginePaths
-    attempt: Attempt
-    pins: Pins
-    states: tuple[StateSpec, ...]
-    stats: BatchStats
-    parsed: DataFrame  # every record, with the batch's constants (``with_batch_constants``)
-    valid: DataFrame  # the parsed transactions without a ``reason``
-    constants: DataFrame  # BATCH_CONSTANTS, one row
-    units: DataType  # the hot path's arithmetic (``pipelines.engine.units``)
-    partitions: int  # the hot path's layout (``buckets.co_partitioned``)
-    started: dt.datetime
-    steps: StepTimer = field(repr=False)
-    cached: list[DataFrame] = field(repr=False)
-
-    @property
-    def batch_id(self) -> int:
-        return self.attempt.batch_id
-
-    @property
-    def state_version(self) -> int:
-        """The bucket-state version the batch evaluates against (pinned after any state maintenance)."""
-        return _pinned(self.pins.state)
-
-    @property
-    def cooldown_version(self) -> int:
-        """The cooldown-memory version the batch evaluates against."""
-        return _pinned(self.pins.cooldown)
-
-    @property
-    def high_water_ms(self) -> int | None:
-        """The greatest event time seen up to and including this batch (None before any valid row)."""
-        known = [m for m in (self.pins.m_before, self.stats.max_ms) if m is not None]
-        return max(known) if known else None
-
-    def tag(self, write: str) -> CommitTag:
-        return self.attempt.tag(write, self.pins)
-
-    def log_row(self, counts: dict[str, int], *, metrics: dict[str, float]) -> dict[str, Any]:
-        """The batch's ``batch_log`` row, finished now."""
-        return {
-            "job": self.attempt.app_id,
-            "batchId": self.batch_id,
-            "rulesVersion": self.pins.rules,
-            "startedAt": self.started,
-            "finishedAt": utcnow(),
-            "durationMs": round(self.steps.total_seconds * 1000, 1),
-            "counts": counts,
-            "metrics": metrics,
-            "maxEventTimeMs": self.high_water_ms,
-            "pins": {k: v for k, v in self.pins.as_map().items() if v is not None},
-        }
-
-
-def _pinned(version: int | None) -> int:
-    if version is None:
-        raise RuntimeError("the state and cooldown versions are pinned before evaluation")
-    return version
-
-
-# --- the batch's tagged appends ----------------------------------------------------------------------------------
-
-
-class BatchWrites:
-    """A batch's appends, each written at most once per batch and run on a small thread pool beside the evaluation.
-
-    ``append(write, commit)``: unless an earlier attempt of the batch committed ``write``, ``commit`` runs in the
-    background with the write's commit tag, then ``after(write, batch_id)`` (the crash points of the tests).
-    Leaving the block waits for every write and raises the first error.
-    """
-
-    def __init__(self, attempt: Attempt, pins: Pins, *, after: Callable[[str, int], None]) -> None:
-        self._attempt, self._pins, self._after = attempt, pins, after
-        self._pool = ThreadPoolExecutor(max_workers=5, thread_name_prefix="fraudlake-write")
-        self._futures: list[Future[None]] = []
-
-    def append(self, write: str, commit: Callable[[CommitTag], None]) -> None:
-        if self._attempt.done(write):
-            return
-        tag, batch_id = self._attempt.tag(write, self._pins), self._attempt.batch_id
-
-        def run() -> None:
-            commit(tag)
-            self._after(write, batch_id)
-
-        self._futures.append(self._pool.submit(run))
-
-    def __enter__(self) -> BatchWrites:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        try:
-            for future in self._futures:
-                future.result()  # waits even when the block failed: no write may outlive its batch attempt
-        finally:
-            self._pool.shutdown(wait=True)
-
-
-# --- the evaluation ------------------------------------------------------------------------------------------
-
-TAGGED_KEEP = ("transactionId", "eventTime", "isLate", "ingestedAt", "batchId", "batchStartedAt")
-DETECTION_CONSTANTS = StructType(
-    [
-        StructField("_detectedAt", TimestampType(), False),
-        StructField("_rulesVersion", LongType(), False),
-        StructField("_batchId", LongType(), False),
-    ]
-)
-
-
-@dataclass
-class Evaluated:
-    """What the evaluation hands back: the batch's tiles and cooldown rows (materialized; appended in the
-    background, then taken over by the caches), its alert count, and what its latency is measured from."""
-
-    tiles: DataFrame
-    alerts: int = 0
-    memory: DataFrame | None = None
-    alerts_ingest_ms: list[int] | None = None  # ingestion quantiles of the batch's alerts
-    alerts_committed_ms: float | None = None  # wall clock (epoch ms) when the alerts append committed
-
-
-def evaluate_batch(
-    run: BatchRun, writes: BatchWrites, *, state_cache: TableCache, memory_cache: TableCache, to_kafka: bool
-) -> Evaluated:
-    """Evaluate the batch; its tiles, alerts and cooldown memory are appended in the background."""
-    spark, engine, paths, states = run.spark, run.settings.engine, run.paths, run.states
-    bucket_ms = engine.bucket_seconds * 1000
-    files = files_for(run.stats.valid * len(states) * 3)  # at most three tiles (levels) per row and state
-    tagged = tag_rows(run.valid, states, bucket_ms=bucket_ms, keep=TAGGED_KEEP, units=run.units)
-    tagged = co_partitioned(tagged, run.partitions)
-    tagged = kept(tagged)
-    run.cached.append(tagged)
-    # Materialized (a local checkpoint): the append and the evaluation read it, then the state cache keeps it.
-    stamp = run.constants.select(F.col("batchId").alias("lastBatchId"), F.col("batchStartedAt").alias("updatedAt"))
-    batch_tiles = materialize(
-        with_coordinates(tiles(tagged, bucket_ms=bucket_ms), bucket_ms=bucket_ms).crossJoin(F.broadcast(stamp))
-    )
-    state_cache.ensure(spark, run.state_version)
-    writes.append(
-        "state",
-        lambda tag: append_tiles(tiles_to_table(batch_tiles), paths.bucket_state, batch_id=None, tag=tag, files=files),
-    )
-    evaluated = Evaluated(batch_tiles)
-    active = [s for s in states if s.active_rules]
-    if not active:
-        return evaluated
-    active_ids = [s.state_id for s in active]
-    rules = rules_frame(spark, states, bucket_seconds=engine.bucket_seconds, units=run.units)
-    prior = state_cache.frame().where(F.col("stateId").isin(*active_ids))
-    # Late rows are not evaluated but count for the rows after them, also within their bucket.
-    running = running_in_bucket(tagged.where(F.col("stateId").isin(*active_ids))).where(~F.col("isLate"))
-    active_tiles = batch_tiles.where(F.col("stateId").isin(*active_ids))
-    emitted = materialize(candidate_alerts(running, rules, prior, active_tiles, bucket_ms=bucket_ms))
-    run.cached.append(emitted)
-    if any(r.rule.cooldown_minutes for s in active for r in s.active_rules):
-        memory_cache.ensure(spark, run.cooldown_version)
-        emitted = materialize(apply_cooldown(emitted, fold_memory(memory_cache.frame())))
-        run.cached.append(emitted)
-    # Candidates are few: one task over all of them, one stage (an aggregation over several partitions would
-    # add a shuffle and a second stage, the larger part of this step's cost on a small batch).
-    counted = emitted.coalesce(1).agg(F.count(F.lit(1)), ingestion_percentiles(F.col("ingestedAt"))).first()
-    evaluated.alerts, evaluated.alerts_ingest_ms = (counted[0], counted[1]) if counted else (0, None)
-    if evaluated.alerts:
-        detection = local_frame(spark, [(utcnow(), run.pins.rules, run.batch_id)], DETECTION_CONSTANTS)
-        rows = alert_rows(
-            emitted.crossJoin(F.broadcast(detection)),
-            rules_version=F.col("_rulesVersion"),
-            batch_id=F.col("_batchId"),
-            detected_at=F.col("_detectedAt"),
-        )
-        rows = kept(rows)
-        run.cached.append(rows)
-
-        def publish(tag: CommitTag) -> None:
-            """The alerts append, then the Kafka copy when configured (at-least-once)."""
-            append_tagged(rows, paths.alerts, tag, files=1)
-            evaluated.alerts_committed_ms = time.time() * 1000
-            if to_kafka:
-                write_alerts_to_kafka(rows, run.settings)
-
-        writes.append("alerts", publish)
-        memory = materialize(last_alert_times(emitted).crossJoin(F.broadcast(stamp)))
-        evaluated.memory = memory  # the memory cache takes it over after the append
-        writes.append(
-            "cooldown",
-            lambda tag: append_last_alerts(memory, paths.alert_cooldown, batch_id=None, tag=tag, files=1),
-        )
-    return evaluated
-
-
-def take_over_appends(
-    run: BatchRun, evaluated: Evaluated, *, state_cache: TableCache, memory_cache: TableCache
-) -> None:
-    """The caches move to the versions just written, on the batch's thread, once no job reads them any more."""
-    _take_over(run, state_cache, evaluated.tiles, "state", run.state_version)
-    if evaluated.memory is not None:
-        _take_over(run, memory_cache, evaluated.memory, "cooldown", run.cooldown_version)
-
-
-def _take_over(run: BatchRun, cache: TableCache, frame: DataFrame, write: str, read: int) -> None:
-    """Give the cache the frame this batch appended (or, if an earlier attempt did, make it reload)."""
-    if run.attempt.done(write):
-        cache.invalidate()
-        release(frame)
-    else:
-        cache.appended(run.spark, frame, read_version=read)
-
-
-def batch_latency(stats: BatchStats, evaluated: Evaluated | None) -> dict[str, float]:
-    """Latency at the alerts' commit (or, without alerts, at the end of the batch's writes): latency.py"""
-    committed_ms = (evaluated.alerts_committed_ms if evaluated else None) or time.time() * 1000
-    return {
-        COMMITTED_AT: round(committed_ms, 1),  # per-transaction latency = this - its ingestion (live_latency)
-        **latency_metrics(
-            ALERT_PREFIX, commit_ms=committed_ms, ingestion_ms=evaluated.alerts_ingest_ms if evaluated else None
-        ),
-        **latency_metrics(EVALUATED_PREFIX, commit_ms=committed_ms, ingestion_ms=stats.ingest_ms),
-    }
-
-
-# --- retention -----------------------------------------------------------------------------------------------
-
-
-def compact_state(run: BatchRun, *, state_cache: TableCache, memory_cache: TableCache, high_water_ms: int) -> None:
-    """Retention: rewrite the state and the cooldown memory folded, without what no lookback can reach; each is
-    skipped when an earlier attempt of the batch committed it, and its cache then holds what was written."""
-    lateness_ms = run.settings.engine.allowed_lateness_seconds * 1000
-    if not run.attempt.done("state-compact"):
-        horizons = state_horizons(
-            run.states,
-            high_water_ms=high_water_ms,
-            lateness_ms=lateness_ms,
-            bucket_seconds=run.settings.engine.bucket_seconds,
-        )
-        compact_state_tiles(run, state_cache, horizons)
-    if not run.attempt.done("cooldown-compact"):
-        horizon = cooldown_horizon_ms(high_water_ms=high_water_ms, lateness_ms=lateness_ms)
-        compact_cooldown_memory(run, memory_cache, horizon)
-
-
-def compact_state_tiles(run: BatchRun, cache: TableCache, horizons: dict[str, int]) -> None:
-    """The bucket state folded (one row per tile), each state's tiles before its horizon dropped, in one commit."""
-    spark, path = run.spark, run.paths.bucket_state
-    read = table_version(spark, path)
-    cache.ensure(spark, read)
-    folded = with_coordinates(fold_tiles(cache.frame()), bucket_ms=run.settings.engine.bucket_seconds * 1000)
-    folded = folded.where(trim_condition(horizons))
-    folded = materialize(folded.withColumn("updatedAt", F.current_timestamp()))
-    compact_tiles(tiles_to_table(folded), path, tag=run.tag("state-compact"))
-    cache.reset(spark, folded, written_version=read + 1)
-
-
-def compact_cooldown_memory(run: BatchRun, cache: TableCache, horizon_ms: int) -> None:
-    """The cooldown memory folded (one row per rule and key), without rows older than ``horizon_ms``."""
-    spark, path = run.spark, run.paths.alert_cooldown
-    read = table_version(spark, path)
-    cache.ensure(spark, read)
-    recent = fold_memory(cache.frame()).where(F.col("lastAlertTimeMs") >= F.lit(horizon_ms))
-    recent = materialize(recent.withColumn("updatedAt", F.current_timestamp()))
-    compact_memory(recent, path, tag=run.tag("cooldown-compact"))
-    cache.reset(spark, recent, written_version=read + 1)

@@ -20,8 +20,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pyspark.sql import functions as F
+
+from delta_tables.alert_cooldown import compact_memory, fold_memory
+from delta_tables.bucket_state import compact_tiles, fold_tiles, trim_condition
+from delta_tables.idempotent import table_version
+from pipelines.engine.batch_run import BatchRun
 from pipelines.engine.evaluate import reach_buckets
+from pipelines.engine.lookback import with_coordinates
 from pipelines.engine.states import StateSpec
+from pipelines.engine.table_cache import TableCache, materialize
+from pipelines.engine.units import tiles_to_table
 from rules_cdc.rule_model import MAX_WINDOW_MINUTES
 
 
@@ -53,3 +62,43 @@ def cooldown_horizon_ms(*, high_water_ms: int, lateness_ms: int) -> int:
 def retention_due(batch_id: int, every: int) -> bool:
     """Whether this batch runs retention: every ``every`` batches (batch ids ``every-1``, ``2*every-1``, ...)."""
     return (batch_id + 1) % every == 0
+
+
+def compact_state(run: BatchRun, *, state_cache: TableCache, memory_cache: TableCache, high_water_ms: int) -> None:
+    """Retention: rewrite the state and the cooldown memory folded, without what no lookback can reach; each is
+    skipped when an earlier attempt of the batch committed it, and its cache then holds what was written."""
+    lateness_ms = run.settings.engine.allowed_lateness_seconds * 1000
+    if not run.attempt.done("state-compact"):
+        horizons = state_horizons(
+            run.states,
+            high_water_ms=high_water_ms,
+            lateness_ms=lateness_ms,
+            bucket_seconds=run.settings.engine.bucket_seconds,
+        )
+        compact_state_tiles(run, state_cache, horizons)
+    if not run.attempt.done("cooldown-compact"):
+        horizon = cooldown_horizon_ms(high_water_ms=high_water_ms, lateness_ms=lateness_ms)
+        compact_cooldown_memory(run, memory_cache, horizon)
+
+
+def compact_state_tiles(run: BatchRun, cache: TableCache, horizons: dict[str, int]) -> None:
+    """The bucket state folded (one row per tile), each state's tiles before its horizon dropped, in one commit."""
+    spark, path = run.spark, run.paths.bucket_state
+    read = table_version(spark, path)
+    cache.ensure(spark, read)
+    folded = with_coordinates(fold_tiles(cache.frame()), bucket_ms=run.settings.engine.bucket_seconds * 1000)
+    folded = folded.where(trim_condition(horizons))
+    folded = materialize(folded.withColumn("updatedAt", F.current_timestamp()))
+    compact_tiles(tiles_to_table(folded), path, tag=run.tag("state-compact"))
+    cache.reset(spark, folded, written_version=read + 1)
+
+
+def compact_cooldown_memory(run: BatchRun, cache: TableCache, horizon_ms: int) -> None:
+    """The cooldown memory folded (one row per rule and key), without rows older than ``horizon_ms``."""
+    spark, path = run.spark, run.paths.alert_cooldown
+    read = table_version(spark, path)
+    cache.ensure(spark, read)
+    recent = fold_memory(cache.frame()).where(F.col("lastAlertTimeMs") >= F.lit(horizon_ms))
+    recent = materialize(recent.withColumn("updatedAt", F.current_timestamp()))
+    compact_memory(recent, path, tag=run.tag("cooldown-compact"))
+    cache.reset(spark, recent, written_version=read + 1)
