@@ -1,14 +1,17 @@
 """The ``foreachBatch`` function: one micro-batch of raw records -> bronze, quarantine, state, alerts, batch log.
 
-Order of a batch:
+Order of a batch, each step a function of the batch's values (one ``batch_run.BatchRun``, built once its reads
+are pinned):
 
-1. parse (cached) and one aggregation for the batch's counts and event-time range;
+1. parse (cached) and one aggregation for the batch's counts and event-time range (``batch_run.batch_stats``);
 2. pin what it reads: the rules-table version, the registry, bronze (what a backfill may read); state maintenance
-   if the rules need it (``maintenance``); then the state and cooldown-memory versions to evaluate against;
+   if the rules need it (``state_rebuild``); then the state and cooldown-memory versions to evaluate against;
 3. in parallel: the quarantine and bronze appends, the append of the batch's tiles to the state, and the
    evaluation against the pinned state (held on the executors: ``table_cache``) plus the batch itself, followed
-   by the alerts append (+ Kafka) and the cooldown-memory append;
-4. compaction of the state and cooldown memory when retention is due; the batch-log row last.
+   by the alerts append (+ Kafka) and the cooldown-memory append (``batch_evaluation``); every append goes through
+   ``batch_writes.BatchWrites``: skipped if an earlier attempt committed it, else tagged and run in the background;
+4. compaction of the state and cooldown memory when retention is due (``retention.compact_state``); the batch-log
+   row last.
 
 Every write carries a commit tag naming the batch and its pins (``delta_tables.idempotent``). A replayed batch
 (a crash before the checkpoint commit) finds the tags of what its first attempt committed (``recovery``),

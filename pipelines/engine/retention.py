@@ -11,6 +11,10 @@ rebuilt state is backfilled from bronze from its horizon on. Both are per state 
 ACTIVE and PAUSED rules), which is never less than what the contract needs and often far less than the global
 widest window. The cooldown memory needs no row older than ``M - L - 30 days`` (the longest cooldown).
 
+``compact_state`` is that retention, run by the handler on the cadence: the state and the cooldown memory each
+rewritten folded (one row per tile, per rule and key) without what is beyond its horizon, in one tagged commit,
+their executor caches then holding exactly what was written.
+
 Example::
 
     horizon_ms(high_water_ms=1_700_000_000_000, lateness_ms=300_000, bucket_ms=60_000, reach=60)
