@@ -287,8 +287,10 @@ def test_an_unknown_rule_or_alert_gets_a_clear_page(stack: Stack, browser: Brows
     for path, text in (
         ("/rules/424242", "There is no rule 424242"),
         ("/alerts/evidence?id=1:no-such-transaction", "There is no alert"),
-        ("/edits/nope", "There is no edit"),
+        ("/edits/0123456789ab", "There is no edit"),
+        ("/edits/nope", "is not an edit id"),
         ("/rules/not-a-number", "malformed"),
+        ("/alerts/evidence?id=%C2%B2:x", "malformed"),
     ):
         response = page.goto(stack.url(path))
         assert response is not None and response.status in (400, 404)
