@@ -31,6 +31,7 @@ def _health(console: ConsoleContext) -> dict[str, Any]:
 def _health_page_data(console: ConsoleContext) -> dict[str, Any]:
     if not console.reader.exists(BATCH_LOG.name):
         raise TableMissing(BATCH_LOG.name, console.reader.path(BATCH_LOG.name))
+    health = _health(console)  # first: the backends listed below are those of the reads just made
     quarantined, reasons = quarantine_reasons(console.reader)
     report_path, report = dq_report(console.settings)
     backends = {
@@ -38,7 +39,7 @@ def _health_page_data(console: ConsoleContext) -> dict[str, Any]:
         for name in ("rules", "rule_changes", "alerts", "batch_log", "bronze_transactions", "quarantine")
     }
     return {
-        **_health(console),
+        **health,
         "quarantined": quarantined,
         "reasons": reasons,
         "report_path": report_path,
