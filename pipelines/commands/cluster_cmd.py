@@ -11,14 +11,16 @@ the cluster, so every command can run on it::
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from pipelines.base.file_lock import LockTimeout
 from pipelines.base.settings import Settings
 from pipelines.commands.context import settings_from
-from pipelines.local.standalone_cluster import MASTER_PORT, MASTER_UI_PORT, StandaloneCluster
+from pipelines.local.standalone_cluster import MASTER_PORT, MASTER_UI_PORT, ClusterError, StandaloneCluster
 
 
 def register(subparsers: Any, parent: argparse.ArgumentParser) -> None:
@@ -55,13 +57,21 @@ def cluster_conf(settings: Settings, cluster: StandaloneCluster) -> Settings:
 def run(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     cluster = cluster_of(args, settings)
-    if args.action == "start":
+    try:
+        return _run(args.action, settings, cluster)
+    except (ClusterError, LockTimeout) as error:  # LockTimeout: another start/stop of this cluster held on too long
+        print(f"cluster {args.action}: {error}", file=sys.stderr)
+        return 1
+
+
+def _run(action: str, settings: Settings, cluster: StandaloneCluster) -> int:
+    if action == "start":
         cluster.start()
         conf = cluster.work_dir / "conf.yaml"
         conf.write_text(yaml.safe_dump(cluster_conf(settings, cluster).model_dump(mode="json"), sort_keys=False))
         print(f"cluster: {cluster.status()}; logs in {cluster.work_dir}")
         print(f"cluster: settings for it in {conf} (e.g. fraudlake run --once --conf {conf})")
-    elif args.action == "stop":
+    elif action == "stop":
         stopped = cluster.stop()
         print(f"cluster: stopped {', '.join(stopped)}" if stopped else "cluster: was not running")
     else:

@@ -30,7 +30,7 @@ from typing import Any
 from pipelines.base.runtime_env import SetupMissingError, ensure_java_home, jars_dir, log4j2_config
 from pipelines.base.settings import Settings
 from pipelines.local.ports import port_open
-from pipelines.local.processes import read_pid, start_daemon, stop_daemon, wait_until
+from pipelines.local.processes import daemon_lock, read_pid, remove_if_stale, start_daemon, stop_daemon, wait_until
 
 _LOG_LEVELS = {
     "io.debezium": "INFO",
@@ -39,6 +39,9 @@ _LOG_LEVELS = {
     "org.reflections": "ERROR",
 }
 """Logger levels of the daemon's log file (the rest: WARN and up)."""
+
+LOCK_WAIT_S = 300.0
+"""How long a start or stop waits for another one of this worker (a start waits up to 120 s for its REST API)."""
 
 
 class ConnectError(RuntimeError):
@@ -143,15 +146,22 @@ class ConnectWorker:
         """Start the worker with ``connectors`` (each ``{"name", "config"}``, given as files) and wait until each
         connector's task runs. An already running worker is left as it is: stop it to change its connectors."""
         deadline = time.monotonic() + wait_s
-        if self.pid() is None or not self.answers():
-            self._launch(connectors, wait_s)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        # One start or stop at a time: two `connect start` at once would otherwise both launch a JVM, the second's
+        # pid file orphaning the first. The second waits here, then finds the first's worker answering.
+        with daemon_lock(self._pid_file, wait_s=LOCK_WAIT_S, what=f"connect start ({self.data_dir})"):
+            pid = self.pid()
+            if pid is None:
+                remove_if_stale(self._pid_file)
+                self._launch(connectors, wait_s)
+            elif wait_until(self.answers, wait_s=wait_s, every_s=0.3) != "ready":
+                raise ConnectError(f"the worker (pid {pid}) runs but its REST API {self.url} does not answer: stop it")
         for connector in connectors:
             self.wait_running(str(connector["name"]), max(5.0, deadline - time.monotonic()))
 
     def _launch(self, connectors: Sequence[Mapping[str, Any]], wait_s: float) -> None:
         if port_open(self.rest_port):
             raise ConnectError(f"port {self.rest_port} is taken by another process; set connect.rest_port in conf")
-        self.data_dir.mkdir(parents=True, exist_ok=True)
         (self.data_dir / "worker.properties").write_text(self.worker_properties())
         (self.data_dir / "log4j2.xml").write_text(log4j2_config(self.log_file, _LOG_LEVELS))
         files = []
@@ -165,7 +175,7 @@ class ConnectWorker:
         if outcome == "exited":
             raise ConnectError(f"Kafka Connect exited with {process.returncode}; see {self.log_file}")
         if outcome == "timed out":
-            self.stop()
+            stop_daemon(self._pid_file, wait_s=30.0)  # the lock is ours already
             raise ConnectError(f"Kafka Connect did not answer on {self.url} in {wait_s:.0f}s; see {self.log_file}")
 
     def add_connector(self, connector: Mapping[str, Any], wait_s: float = 60.0) -> None:
@@ -192,12 +202,19 @@ class ConnectWorker:
             time.sleep(0.3)
 
     def stop(self, wait_s: float = 30.0) -> bool:
-        """Stop the worker (SIGTERM: offsets flushed; SIGKILL after ``wait_s``); return whether one ran."""
-        return stop_daemon(self._pid_file, wait_s=wait_s)
+        """Stop the worker (SIGTERM: offsets flushed; SIGKILL after ``wait_s``); return whether one ran. Only the
+        process the pid file records is signalled (a stale file is removed with a warning)."""
+        return self._stop(wait_s, signal.SIGTERM, "connect stop")
 
     def kill(self) -> bool:
         """SIGKILL the worker: no offset flush, no goodbye (what a crash looks like)."""
-        return stop_daemon(self._pid_file, wait_s=10.0, sig=signal.SIGKILL)
+        return self._stop(10.0, signal.SIGKILL, "connect kill")
+
+    def _stop(self, wait_s: float, sig: signal.Signals, what: str) -> bool:
+        if not self.data_dir.exists():
+            return False
+        with daemon_lock(self._pid_file, wait_s=LOCK_WAIT_S, what=f"{what} ({self.data_dir})"):
+            return stop_daemon(self._pid_file, wait_s=wait_s, sig=sig)
 
     def status(self) -> str:
         pid = self.pid()

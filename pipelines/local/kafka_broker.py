@@ -27,10 +27,13 @@ from pathlib import Path
 from pipelines.base.runtime_env import ensure_java_home, jar_files, jars_dir, log4j2_config
 from pipelines.base.settings import Settings
 from pipelines.local.ports import free_port, port_open
-from pipelines.local.processes import read_pid, start_daemon, stop_daemon, wait_until
+from pipelines.local.processes import daemon_lock, read_pid, remove_if_stale, start_daemon, stop_daemon, wait_until
 
 _LOG_LEVELS = {"kafka": "INFO", "org.apache.kafka": "WARN"}
 """Logger levels of the daemon's log file (the rest: WARN and up)."""
+
+LOCK_WAIT_S = 300.0
+"""How long a start or stop waits for another one of this broker (a start takes up to its format + ready waits)."""
 
 
 class BrokerError(RuntimeError):
@@ -155,12 +158,21 @@ class KafkaBroker:
             admin.close()
 
     def start(self, wait_s: float = 90.0) -> None:
-        """Format storage once, start the broker in the background, and wait until it answers."""
-        if self.pid() is not None and self.answers():
-            return
+        """Format storage once, start the broker in the background, and wait until it answers. Idempotent, and one
+        start (or stop) at a time: a second ``kafka start`` meanwhile waits, then finds this broker answering."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        with daemon_lock(self._pid_file, wait_s=LOCK_WAIT_S, what=f"kafka start ({self.data_dir})"):
+            self._start(wait_s)
+
+    def _start(self, wait_s: float) -> None:
+        pid = self.pid()
+        if pid is not None:  # ours, alive: answering, or still starting after a start that gave up waiting
+            if wait_until(self.answers, wait_s=wait_s) == "ready":
+                return
+            raise BrokerError(f"the broker (pid {pid}) runs but does not answer on {self.bootstrap}: stop it first")
+        remove_if_stale(self._pid_file)
         if port_open(self.port):
             raise BrokerError(f"port {self.port} is taken by another process; set kafka.broker.port in conf")
-        self.data_dir.mkdir(parents=True, exist_ok=True)
         config = self.data_dir / "server.properties"
         config.write_text(self._properties())
         (self.data_dir / "log4j2.xml").write_text(log4j2_config(self.log_file, _LOG_LEVELS))
@@ -172,12 +184,16 @@ class KafkaBroker:
         if outcome == "exited":
             raise BrokerError(f"Kafka exited with {process.returncode}; see {self.data_dir / 'stdout.log'}")
         if outcome == "timed out":
-            self.stop()
+            stop_daemon(self._pid_file, wait_s=30.0)
             raise BrokerError(f"Kafka did not answer on {self.bootstrap} within {wait_s:.0f}s; see {self.log_file}")
 
     def stop(self, wait_s: float = 30.0) -> bool:
-        """Stop the broker (SIGTERM, then SIGKILL after ``wait_s``); return whether one was running."""
-        return stop_daemon(self._pid_file, wait_s=wait_s)
+        """Stop the broker (SIGTERM, then SIGKILL after ``wait_s``); return whether one was running. Only the
+        process the pid file records is signalled (a stale file is removed with a warning)."""
+        if not self.data_dir.exists():
+            return False
+        with daemon_lock(self._pid_file, wait_s=LOCK_WAIT_S, what=f"kafka stop ({self.data_dir})"):
+            return stop_daemon(self._pid_file, wait_s=wait_s)
 
     def status(self) -> str:
         pid = self.pid()

@@ -20,19 +20,24 @@ import json
 import os
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pyspark
 
+from pipelines.base.file_lock import exclusive_lock
 from pipelines.base.runtime_env import ensure_java_home
 from pipelines.local.ports import port_open
-from pipelines.local.processes import read_pid, start_daemon, stop_processes, wait_until
+from pipelines.local.processes import read_pid, remove_if_stale, start_daemon, stop_processes, wait_until
 
 MASTER_PORT = 17077
 MASTER_UI_PORT = 17080
 DAEMON_MEMORY = "256m"  # the master and worker JVMs themselves; executors get the worker's ``memory``
+LOCK_WAIT_S = 300.0
+"""How long a start or stop waits for another one of this cluster (a start waits up to 120 s for its workers)."""
 
 
 class ClusterError(RuntimeError):
@@ -123,16 +128,22 @@ class StandaloneCluster:
         return sum(1 for w in (state or {}).get("workers", []) if w.get("state") == "ALIVE")
 
     def start(self, wait_s: float = 120.0) -> None:
-        """Start the master and the workers (idempotent); return when every worker is registered and ALIVE."""
+        """Start the master and the workers (idempotent); return when every worker is registered and ALIVE. One
+        start or stop at a time (``<work_dir>/cluster.lock``): two at once would each start a set of daemons."""
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        with self._lock("cluster start"):
+            self._start(wait_s)
+
+    def _start(self, wait_s: float) -> None:
         if all(self.pid(name) for name in self._names()) and self.alive_workers() >= self.workers:
             return
         if self.pid("master") is None and port_open(self.master_port, self.host):
             raise ClusterError(f"port {self.master_port} is taken by another process")
-        self.work_dir.mkdir(parents=True, exist_ok=True)
         env = self._environment()
         for name in self._names():
             if self.pid(name) is not None:
                 continue
+            remove_if_stale(self._pid_file(name))
             start_daemon(
                 self._command(name), pid_file=self._pid_file(name), output=self.work_dir / f"{name}.log", env=env
             )
@@ -144,19 +155,33 @@ class StandaloneCluster:
         if outcome == "ready":
             return
         dead = [name for name in self._names() if self.pid(name) is None]
-        self.stop()
+        self._stop(20.0)
         if outcome == "exited":
             raise ClusterError(f"{', '.join(dead)} exited; see {self.work_dir}/<name>.log")
         raise ClusterError(f"{self.workers} workers did not register within {wait_s:.0f} s; see {self.work_dir}")
 
     def stop(self, wait_s: float = 20.0) -> list[str]:
-        """Stop every daemon (SIGTERM to its group, SIGKILL after ``wait_s``); return the names that were running."""
+        """Stop every daemon (SIGTERM to its group, SIGKILL after ``wait_s``); return the names that were running.
+        Only the processes the pid files record are signalled (stale files are removed with a warning)."""
+        if not self.work_dir.exists():
+            return []
+        with self._lock("cluster stop"):
+            return self._stop(wait_s)
+
+    def _stop(self, wait_s: float) -> list[str]:
         names = sorted({p.stem for p in self.work_dir.glob("*.pid")} | set(self._names()), reverse=True)
         running = {name: pid for name in names if (pid := self.pid(name)) is not None}
         stop_processes(running.values(), wait_s=wait_s)
         for name in names:
+            if name not in running:
+                remove_if_stale(self._pid_file(name))
             self._pid_file(name).unlink(missing_ok=True)
         return list(running)
+
+    @contextmanager
+    def _lock(self, what: str) -> Iterator[None]:
+        with exclusive_lock(self.work_dir / "cluster.lock", wait_s=LOCK_WAIT_S, what=f"{what} ({self.work_dir})"):
+            yield
 
     def status(self) -> str:
         if self.pid("master") is None:
