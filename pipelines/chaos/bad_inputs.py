@@ -63,7 +63,8 @@ def _event(row: dict[str, Any], source: dict[str, Any], ts_ms: int) -> bytes:
 
 def _pg_source(ts_ms: int) -> dict[str, Any]:
     # An old LSN: a real-looking position that every later database change sorts after.
-    return {"connector": "postgresql", "db": "fraudlake", "table": "fraud_rules", "lsn": 1, "ts_ms": ts_ms}
+    source = {"connector": "postgresql", "db": "fraudlake", "table": "fraud_rules", "lsn": 1, "ts_ms": ts_ms}
+    return source | {"sequence": '["1","1"]'}  # as Debezium sends it: a source block that is not itself refused
 
 
 def rule_inputs(now_ms: int) -> list[BadInput]:

@@ -74,7 +74,13 @@ class LiveStack:
     def stop_jobs(self) -> None:
         """SIGTERM both jobs (each stops after its batch in flight), SIGKILL what is left after TERM_WAIT_S."""
         pids = [pid for pid in self.jobs.values() if alive(pid)]
-        stop_processes(pids, wait_s=TERM_WAIT_S)
+        for pid in pids:
+            _signal(pid, signal.SIGTERM)
+        deadline = time.monotonic() + TERM_WAIT_S
+        while time.monotonic() < deadline and any(alive(pid) for pid in pids):
+            time.sleep(0.2)
+        for pid in self.jobs.values():
+            _kill_group(pid)
         self.jobs.clear()
 
     # ---- faults --------------------------------------------------------------------------------------------
@@ -86,7 +92,14 @@ class LiveStack:
             pid = self.jobs.get(part)
             if pid is None or not alive(pid):
                 return f"{part} was not running"
-            stop_processes([pid], wait_s=TERM_WAIT_S, sig=sig)
+            if sig == signal.SIGTERM:
+                # To the job's process alone, as `kill PID` or an orchestrator's stop would: signalled with its
+                # group, its Spark JVM would shut down under the job's own orderly stop.
+                _signal(pid, signal.SIGTERM)
+                if not _wait_gone(pid, TERM_WAIT_S):
+                    _kill_group(pid)
+                    return f"did not stop within {TERM_WAIT_S:.0f} s of SIGTERM: SIGKILLed"
+            _kill_group(pid)  # the job's group (its Spark JVM), whatever is left of it
         elif part == "broker":
             pid = self.broker.pid()
             if pid is None:
@@ -176,6 +189,23 @@ def _signal(pid: int, sig: signal.Signals) -> None:
         os.kill(pid, sig)
     except ProcessLookupError:
         pass
+
+
+def _kill_group(leader: int) -> None:
+    """SIGKILL the process group ``leader`` led (a job started by start_daemon), even after the leader exited;
+    wait until its members are gone."""
+    try:
+        os.killpg(leader, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + 10.0
+    while time.monotonic() < deadline:
+        alive(leader)  # reaps the leader if it is our child (a zombie would keep the group "alive")
+        try:
+            os.killpg(leader, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
 
 
 def _wait_gone(pid: int, seconds: float) -> bool:
