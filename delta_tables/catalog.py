@@ -12,10 +12,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pyspark.sql import SparkSession
 
 from delta_tables.alert_cooldown import ALERT_COOLDOWN
+from delta_tables.alert_dispositions import ALERT_DISPOSITIONS
 from delta_tables.alerts import ALERTS
 from delta_tables.batch_log import BATCH_LOG
 from delta_tables.bronze_transactions import bronze_spec
 from delta_tables.bucket_state import BUCKET_STATE
+from delta_tables.fraud_labels import FRAUD_LABELS
 from delta_tables.quarantine import QUARANTINE
 from delta_tables.rule_changes import RULE_CHANGES
 from delta_tables.rule_states import RULE_STATES
@@ -35,6 +37,8 @@ def all_tables(settings: Settings) -> list[TableSpec]:
         BATCH_LOG,
         RULE_STATES,
         ALERT_COOLDOWN,
+        ALERT_DISPOSITIONS,
+        FRAUD_LABELS,
     ]
 
 

@@ -19,7 +19,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("pipelines.base",),
     ("delta_tables",),
     ("rules_cdc",),
-    ("pipelines.engine", "pipelines.local", "pipelines.generator"),
+    ("pipelines.engine", "pipelines.local", "pipelines.generator", "pipelines.outcomes"),
     (
         "pipelines.bench",
         "pipelines.chaos",
