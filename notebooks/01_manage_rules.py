@@ -44,7 +44,7 @@ print(outcome.summary())
 
 # COMMAND ----------
 
-# MAGIC %md The live rules now (ACTIVE and PAUSED; with `publish_to=kafka`, once the rules job has applied the events):
+# MAGIC %md The live rules now (ACTIVE, PAUSED, SHADOW; with `publish_to=kafka`, once the rules job applied the events):
 
 # COMMAND ----------
 

@@ -10,9 +10,9 @@
 # MAGIC The same as `fraudlake rules backtest FILE.json [--from ISO] [--to ISO] [--output PATH]`.
 # MAGIC
 # MAGIC Widgets: `conf`, `lakehouse`; `rule_json` (one rule object, the seeds' camelCase; default: the seed rule of
-# MAGIC `conf/sample_rules.json`; a PAUSED rule is backtested as if ACTIVE); `from` / `to` (ISO date or date-time,
-# MAGIC UTC unless an offset is given: only transactions with `from <= eventTime < to` are evaluated, but those of
-# MAGIC the rule's window before `from` still count; blank = all); `output_dir` (blank =
+# MAGIC `conf/sample_rules.json`; a PAUSED or SHADOW rule is backtested as if ACTIVE); `from` / `to` (ISO date or
+# MAGIC date-time, UTC unless an offset is given: only transactions with `from <= eventTime < to` are evaluated, but
+# MAGIC those of the rule's window before `from` still count; blank = all); `output_dir` (blank =
 # MAGIC `<lakehouse>/_reports/backtest`; on Databricks a `/Volumes/...` path): the chart `backtest_<ruleId>.png` and
 # MAGIC the alerts `backtest_<ruleId>.jsonl` are written there.
 

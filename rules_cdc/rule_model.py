@@ -28,13 +28,16 @@ _LIMIT_BOUND = Decimal(10) ** 30
 
 
 class RuleState(StrEnum):
-    ACTIVE = "ACTIVE"
-    PAUSED = "PAUSED"
+    ACTIVE = "ACTIVE"  # evaluated; its alerts are acted on (alerts topic, live counts)
+    PAUSED = "PAUSED"  # not evaluated; its state and cooldown memory are kept
+    SHADOW = "SHADOW"  # evaluated exactly like ACTIVE; its alerts are recorded (shadow = true), never acted on
     DELETED = "DELETED"  # tombstone: a delete or truncate event
     DISABLED = "DISABLED"  # tombstone: disabled = true
 
 
 TOMBSTONE_STATES = frozenset({RuleState.DELETED, RuleState.DISABLED})
+EVALUATED_STATES = frozenset({RuleState.ACTIVE, RuleState.SHADOW})
+"""The states whose rules the engine evaluates (a SHADOW rule's alerts are marked shadow, not published)."""
 
 
 class Aggregator(StrEnum):
@@ -150,6 +153,16 @@ class Rule(BaseModel):
     @property
     def is_tombstone(self) -> bool:
         return self.disabled
+
+    @property
+    def evaluated(self) -> bool:
+        """ACTIVE or SHADOW: the engine computes this rule's alerts (PAUSED keeps its state only)."""
+        return self.rule_state in EVALUATED_STATES
+
+    @property
+    def shadow(self) -> bool:
+        """SHADOW: evaluated, its alerts recorded as shadow alerts and never acted on."""
+        return self.rule_state is RuleState.SHADOW
 
     @property
     def counts_transactions(self) -> bool:

@@ -22,7 +22,8 @@ from rules_cdc.rule_model import Rule, RuleState
 RULE_FIELDS = ("ruleId", "ruleState", *RULE_CONTENT_COLUMNS, "disabled")
 """The rules-table columns that make up a rule (the rest are CDC bookkeeping)."""
 
-LIVE_STATES = (RuleState.ACTIVE.value, RuleState.PAUSED.value)
+LIVE_STATES = (RuleState.ACTIVE.value, RuleState.PAUSED.value, RuleState.SHADOW.value)
+"""The states of rules in force (not tombstones): their state, window and cooldown memory are kept."""
 
 TRUNCATE_MARKER_ID = -1
 """``ruleId`` of the row holding the newest truncate's position (a DELETED row, so never live).
@@ -92,14 +93,14 @@ def tombstone_row(
 
 
 def rule_from_row(row: dict[str, Any]) -> Rule:
-    """The ``Rule`` of a live (ACTIVE or PAUSED) rules-table row."""
+    """The ``Rule`` of a live (ACTIVE, PAUSED or SHADOW) rules-table row."""
     if row["ruleState"] not in LIVE_STATES:
         raise ValueError(f"rule {row['ruleId']} is a tombstone ({row['ruleState']}), not a live rule")
     return Rule.model_validate({name: row[name] for name in RULE_FIELDS})
 
 
 def live_rules(rules: DataFrame) -> DataFrame:
-    """The ACTIVE and PAUSED rows of a rules-table frame (tombstones excluded)."""
+    """The ACTIVE, PAUSED and SHADOW rows of a rules-table frame (tombstones excluded)."""
     return rules.where(F.col("ruleState").isin(*LIVE_STATES))
 
 

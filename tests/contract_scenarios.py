@@ -8,7 +8,8 @@ the contract says and the fixed contract test does not reach by construction:
   included), windows from 1 minute to 2 days, filters of any shape (all / any / not, every leaf operator on
   numeric, string and boolean fields, IN lists), cooldowns;
 * lifecycles between batches, on the *same* rule id: limit, window (widened or narrowed), filter, grouping keys,
-  aggregator and field changed; paused, resumed, deleted, disabled, re-created;
+  aggregator and field changed; paused, resumed, deleted, disabled, re-created; created in SHADOW, promoted
+  (SHADOW -> ACTIVE), demoted (ACTIVE -> SHADOW), a shadow rule paused and resumed into shadow;
 * batches: equal timestamps, bucket edges, late and almost-late rows, nulls and missing fields, negative and zero
   amounts, invalid records (not JSON, a required field missing, a field of the wrong type, an exact duplicate);
 * settings: bucket sizes of 20 s to 5 min, lateness, retention every batch or (in effect) never.
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -63,7 +65,7 @@ class Scenario:
 
 @dataclass
 class Batch:
-    live: list[Rule]  # ACTIVE and PAUSED rules in force for this batch
+    live: list[Rule]  # ACTIVE, PAUSED and SHADOW rules in force for this batch
     deleted: list[int]  # ids tombstoned before this batch (DELETED)
     disabled: list[Rule]  # rules tombstoned by disabled = true before this batch
     transactions: list[dict[str, Any]]  # valid records (the reference's input)
@@ -172,6 +174,18 @@ def _with_state(rule: Rule, state: RuleState) -> Rule:
     return rule.model_copy(update={"rule_state": state})
 
 
+_NEXT_STATES = {
+    RuleState.ACTIVE: (RuleState.PAUSED, RuleState.SHADOW),  # paused, or demoted to shadow
+    RuleState.PAUSED: (RuleState.ACTIVE, RuleState.SHADOW),  # resumed live or into shadow
+    RuleState.SHADOW: (RuleState.ACTIVE, RuleState.ACTIVE, RuleState.PAUSED),  # promoted (mostly), or paused
+}
+
+
+def _born_state(rng: random.Random) -> RuleState:
+    """A new rule's state: now and then released in shadow mode first."""
+    return RuleState.SHADOW if rng.random() < 0.3 else RuleState.ACTIVE
+
+
 # ---- transactions -------------------------------------------------------------------------------------------
 
 
@@ -247,7 +261,7 @@ def scenario(seed: int, *, batches: int = 5, rows_per_batch: int = 40) -> Scenar
         retention_every_batches=rng.choice((1, 2, 1000)),
     )
     bucket_ms = bucket_seconds * 1000
-    live: dict[int, Rule] = {i: random_rule(rng, i) for i in range(1, rng.randint(3, 7))}
+    live: dict[int, Rule] = {i: _with_state(random_rule(rng, i), _born_state(rng)) for i in range(1, rng.randint(3, 7))}
     gone: dict[int, Rule] = {}  # deleted or disabled: may come back
     next_id = max(live) + 1
     high_water: int | None = None
@@ -262,8 +276,7 @@ def scenario(seed: int, *, batches: int = 5, rows_per_batch: int = 40) -> Scenar
                 if pick < 0.2:
                     live[rule_id] = _changed(rng, rule)
                 elif pick < 0.3:
-                    paused = rule.rule_state is RuleState.PAUSED
-                    live[rule_id] = _with_state(rule, RuleState.ACTIVE if paused else RuleState.PAUSED)
+                    live[rule_id] = _with_state(rule, rng.choice(_NEXT_STATES[rule.rule_state]))
                 elif pick < 0.36:
                     gone[rule_id] = live.pop(rule_id)
                     deleted.append(rule_id)
@@ -273,9 +286,9 @@ def scenario(seed: int, *, batches: int = 5, rows_per_batch: int = 40) -> Scenar
             for rule_id in sorted(gone):
                 if rule_id not in deleted and rule_id not in {r.rule_id for r in disabled} and rng.random() < 0.4:
                     old = gone.pop(rule_id)  # re-created: maybe as it was, maybe changed
-                    live[rule_id] = _with_state(old if rng.random() < 0.5 else _changed(rng, old), RuleState.ACTIVE)
+                    live[rule_id] = _with_state(old if rng.random() < 0.5 else _changed(rng, old), _born_state(rng))
             if rng.random() < 0.4:
-                live[next_id] = random_rule(rng, next_id)
+                live[next_id] = _with_state(random_rule(rng, next_id), _born_state(rng))
                 next_id += 1
             center += rng.choice((0, 2, 7, 45, 90, 600, 1500)) * MIN
         times = _event_times(rng, rows_per_batch, center, bucket_ms, high_water, lateness * 1000)
@@ -319,3 +332,36 @@ def put_batch_rules(spark: SparkSession, settings: Settings, case: Scenario, bat
     rows += [rule_to_row(r, source_position=position, source_op="u", source_ts_ms=None) for r in batch.disabled]
     rows += [tombstone_row(i, source_position=position, source_op="d", source_ts_ms=None) for i in batch.deleted]
     put_rule_rows(spark, settings.table_path("rules"), rows)
+
+
+# ---- comparing ----------------------------------------------------------------------------------------------
+
+AlertFacts = dict[tuple[int, str], tuple[str, Decimal, bool]]
+"""(ruleId, transactionId) -> (keyValue, aggregateValue, shadow): what the contract fixes about each alert."""
+
+
+def engine_alerts(spark: SparkSession, settings: Settings) -> AlertFacts:
+    """The alerts table's alerts, with their shadow flag (null, an older release's row, would read as live)."""
+    frame = spark.read.format("delta").load(settings.table_path("alerts"))
+    rows = frame.select("ruleId", "transactionId", "keyValue", "aggregateValue", "shadow").collect()
+    return {(r["ruleId"], r["transactionId"]): (r["keyValue"], r["aggregateValue"], bool(r["shadow"])) for r in rows}
+
+
+def reference_alerts(alerts: Sequence[Any]) -> AlertFacts:
+    """``reference_evaluator.evaluate``'s alerts as ``AlertFacts``."""
+    from pipelines.engine.keys import encode_key
+
+    return {(a.rule_id, a.transaction_id): (encode_key(a.key), a.aggregate_value, a.shadow) for a in alerts}
+
+
+def alert_differences(expected: AlertFacts, actual: AlertFacts, shown: int = 8) -> str:
+    """'' when equal; else the first few missing, extra and wrong alerts."""
+    missing = sorted(set(expected) - set(actual))[:shown]
+    extra = sorted(set(actual) - set(expected))[:shown]
+    wrong = sorted(k for k in set(expected) & set(actual) if expected[k] != actual[k])[:shown]
+    if not (missing or extra or wrong):
+        return ""
+    return (
+        f"{len(expected)} expected, {len(actual)} actual\nmissing {[(k, expected[k]) for k in missing]}\n"
+        f"extra {[(k, actual[k]) for k in extra]}\nwrong {[(k, expected[k], actual[k]) for k in wrong]}"
+    )

@@ -16,14 +16,17 @@ The contract, exactly:
   ``x``. Transactions of all earlier batches are eligible, whatever rules existed then.
 * Aggregates over the lookback (each quantized to 6 decimals, ROUND_HALF_UP): SUM of the field; COUNT = number of
   transactions (also SUM over the COUNT field); AVG = exact SUM/COUNT then quantized; MIN / MAX of the field.
-* ``x`` is evaluated under every ACTIVE (not PAUSED) rule of its batch for which ``x`` counts; it alerts when
-  ``aggregate OP limit`` holds.
+* ``x`` is evaluated under every ACTIVE or SHADOW (not PAUSED) rule of its batch for which ``x`` counts; it
+  alerts when ``aggregate OP limit`` holds. A SHADOW rule's alerts are exactly those it would raise as ACTIVE
+  (lookback, late rows, cooldown all alike) and carry ``shadow=True``; an ACTIVE rule's carry ``shadow=False``.
+  Which one applies is the rule's state in the batch that raises the alert.
 * Late: with ``M`` = the max eventTime of all earlier batches, ``x`` is late iff ``x.t < M - lateness``; a late
   ``x`` is not evaluated but still counts in others' lookbacks.
 * Cooldown ``C`` minutes (None/0 = none): per (rule, key), in precedence order, an alert for ``x`` is suppressed
   iff an earlier *emitted* alert of the pair has eventTime ``t_a`` with ``x.t < t_a + C*60000``. Cooldown memory is
-  keyed by rule id and kept while the id is present in consecutive batches' rules (ACTIVE or PAUSED, whatever
-  else about the rule changed); a batch without the rule id clears that rule's memory.
+  keyed by rule id and kept while the id is present in consecutive batches' rules (ACTIVE, PAUSED or SHADOW,
+  whatever else about the rule changed: a promotion SHADOW -> ACTIVE or a demotion keeps it); a batch without the
+  rule id clears that rule's memory. Shadow alerts are emitted alerts of their rule: they set its cooldown.
 
 Tests import it as ``from reference_evaluator import ...`` (pytest puts ``tests/`` on ``sys.path``).
 
@@ -50,7 +53,7 @@ Record = Mapping[str, Any]
 
 @dataclass(frozen=True)
 class RefBatch:
-    """One micro-batch: the rules live for it (ACTIVE or PAUSED) and the transactions it brings."""
+    """One micro-batch: the rules live for it (ACTIVE, PAUSED or SHADOW) and the transactions it brings."""
 
     rules: Sequence[Rule]
     transactions: Sequence[Record]
@@ -62,6 +65,7 @@ class RefAlert:
     transaction_id: str
     key: tuple[Any, ...]
     aggregate_value: Decimal
+    shadow: bool = False  # raised by a SHADOW rule: recorded, never acted on
 
 
 @dataclass(frozen=True)
@@ -238,7 +242,8 @@ def evaluate(
         seen = [t for t in ordered if t.batch <= batch_no]
         current = [t for t in seen if t.batch == batch_no]
         for rule in sorted(batch.rules, key=lambda r: r.rule_id):
-            if rule.rule_state is not RuleState.ACTIVE:
+            # Spelled out here, not taken from the model's helpers: the oracle states the contract on its own.
+            if rule.rule_state not in (RuleState.ACTIVE, RuleState.SHADOW):
                 continue
             memory = cooldowns.setdefault(rule.rule_id, {})
             alerts.extend(
@@ -268,7 +273,7 @@ def _alerts_for_rule(
     bucket_seconds: int,
     allowed_lateness_seconds: int,
 ) -> list[RefAlert]:
-    """The alerts of one ACTIVE rule for the current batch's transactions, in precedence order."""
+    """The alerts of one ACTIVE or SHADOW rule for the current batch's transactions, in precedence order."""
     # Grouping by key only narrows the scan; every y is still checked against the full lookback definition.
     by_key: dict[tuple[Any, ...], list[_Txn]] = {}
     for y in seen:
@@ -296,5 +301,5 @@ def _alerts_for_rule(
         if cooldown_ms and any(x.event_time < t_a + cooldown_ms for t_a in emitted):
             continue  # suppressed: it does not extend the cooldown
         emitted.append(x.event_time)
-        raised.append(RefAlert(rule.rule_id, x.transaction_id, key, value))
+        raised.append(RefAlert(rule.rule_id, x.transaction_id, key, value, rule.rule_state is RuleState.SHADOW))
     return raised

@@ -5,7 +5,10 @@ One scenario of four micro-batches (run once for the module), with retention aft
 * cooldown (240 min, per payer; every transaction a candidate): r1 always ACTIVE, so alerts are actually
   suppressed; r2 deleted in batch 1 and re-created in batch 2 (its memory is forgotten: it alerts again at once);
   r3 paused in batch 1 and resumed in batch 2 (its memory survives: still suppressed); r4 without a cooldown in
-  batch 0, given one from batch 1 (its earlier emitted alerts count).
+  batch 0, given one from batch 1 (its earlier emitted alerts count); r6 a copy of r1 released in SHADOW in
+  batch 0, promoted to ACTIVE in batch 1, demoted back to SHADOW in batch 2 and promoted again in batch 3: its
+  shadow alerts set its cooldown like live ones, the memory survives each promotion and demotion, so it raises
+  exactly r1's alerts, flagged shadow in the batches it was in shadow.
 * widening: r5 (SUM per payer > 450) has a 2-minute window until batch 3, which widens it to 25 hours on the same
   id. By then retention has trimmed the state of its hour-old buckets, so only a rebuild from bronze (the engine
   docs' claim) gives the reference's sums, which include batch 0's transactions.
@@ -21,15 +24,15 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from engine_fixtures import alerts_by_id, folded_state, make_rule, paused, put_rules, raw_frame
+from contract_scenarios import AlertFacts, alert_differences, engine_alerts, reference_alerts
+from engine_fixtures import folded_state, make_rule, paused, put_rules, raw_frame
 from pyspark.sql import SparkSession
 from reference_evaluator import RefBatch, evaluate
 
 from delta_tables.catalog import init_lakehouse
 from pipelines.base.settings import Settings
 from pipelines.engine.batch_handler import BatchHandler
-from pipelines.engine.keys import encode_key
-from rules_cdc.rule_model import Rule
+from rules_cdc.rule_model import Rule, RuleState
 
 MIN = 60_000
 HOUR = 60 * MIN
@@ -54,12 +57,14 @@ R1, R2, R3 = _cooldown_rule(1), _cooldown_rule(2), _cooldown_rule(3)
 R4_PLAIN, R4 = _cooldown_rule(4, None), _cooldown_rule(4)
 R5_NARROW = make_rule(5, limit=450, windowMinutes=2)
 R5_WIDE = make_rule(5, limit=450, windowMinutes=1500)
+R6 = _cooldown_rule(6)
+R6_SHADOW = R6.model_copy(update={"rule_state": RuleState.SHADOW})
 
 TIMELINE: list[list[Rule]] = [
-    [R1, R2, R3, R4_PLAIN, R5_NARROW],
-    [R1, paused(R3), R4, R5_NARROW],  # r2 deleted; r3 paused; r4 gets a cooldown
-    [R1, R2, R3, R4, R5_NARROW],  # r2 re-created; r3 resumed
-    [R1, R2, R3, R4, R5_WIDE],  # r5 widened on the same id
+    [R1, R2, R3, R4_PLAIN, R5_NARROW, R6_SHADOW],  # r6 released in shadow mode
+    [R1, paused(R3), R4, R5_NARROW, R6],  # r2 deleted; r3 paused; r4 gets a cooldown; r6 promoted
+    [R1, R2, R3, R4, R5_NARROW, R6_SHADOW],  # r2 re-created; r3 resumed; r6 demoted
+    [R1, R2, R3, R4, R5_WIDE, R6],  # r5 widened on the same id; r6 promoted again
 ]
 
 
@@ -77,8 +82,8 @@ BATCHES: list[list[dict[str, Any]]] = [
 
 @dataclass(frozen=True)
 class Outcome:
-    expected: dict[tuple[int, str], tuple[str, Decimal]]
-    actual: dict[tuple[int, str], tuple[str, Decimal]]
+    expected: AlertFacts
+    actual: AlertFacts
     r5_tiles_before_widening: set[tuple[Any, ...]]
 
 
@@ -99,17 +104,13 @@ def outcome(spark: SparkSession, base_settings: Settings, tmp_path_factory: pyte
         if batch_id == 2:
             trimmed = {t for t in folded_state(spark, settings) if t[0] == R5_NARROW.state_id}
     reference = evaluate([RefBatch(rules, records) for rules, records in zip(TIMELINE, BATCHES, strict=True)])
-    expected = {(a.rule_id, a.transaction_id): (encode_key(a.key), a.aggregate_value) for a in reference}
-    return Outcome(expected, alerts_by_id(spark, settings), trimmed)
+    return Outcome(reference_alerts(reference), engine_alerts(spark, settings), trimmed)
 
 
 def _diff(outcome: Outcome, rule_ids: set[int]) -> str:
     expected = {k: v for k, v in outcome.expected.items() if k[0] in rule_ids}
     actual = {k: v for k, v in outcome.actual.items() if k[0] in rule_ids}
-    missing = sorted(set(expected) - set(actual))
-    extra = sorted(set(actual) - set(expected))
-    wrong = sorted(k for k in set(expected) & set(actual) if expected[k] != actual[k])
-    return "" if not (missing or extra or wrong) else f"missing {missing}, extra {extra}, wrong {wrong}"
+    return alert_differences(expected, actual, shown=50)
 
 
 def test_cooldown_suppresses_and_its_memory_follows_the_rule_lifecycle(outcome: Outcome) -> None:
@@ -130,6 +131,16 @@ def test_a_widened_window_is_rebuilt_from_bronze(outcome: Outcome) -> None:
     first_hour = [t for t in outcome.r5_tiles_before_widening if t[2] < 2 and t[3] < T0 + HOUR]
     assert outcome.r5_tiles_before_widening and not first_hour, first_hour
     # The widened rule's sum at d0 includes a0..a2 (from bronze), b0, c0 and d0 itself: 600 > 450.
-    assert outcome.expected.get((5, "d0")) == ("[1]", Decimal("600.000000"))
+    assert outcome.expected.get((5, "d0")) == ("[1]", Decimal("600.000000"), False)
     assert {key for key in outcome.expected if key[0] == 5} == {(5, "d0")}
     assert _diff(outcome, {5}) == ""
+
+
+def test_a_shadow_rule_keeps_its_cooldown_memory_through_promotion_and_demotion(outcome: Outcome) -> None:
+    r1 = {tx: facts for (rule_id, tx), facts in outcome.expected.items() if rule_id == 1}
+    r6 = {tx: facts for (rule_id, tx), facts in outcome.expected.items() if rule_id == 6}
+    # The same alerts as its always-ACTIVE twin r1 (b0, c0 suppressed by the shadow alert a0's memory) ...
+    assert {tx: facts[:2] for tx, facts in r6.items()} == {tx: facts[:2] for tx, facts in r1.items()}
+    # ... flagged shadow exactly in the batches where r6 was SHADOW (0: a0, a3), live after its promotions.
+    assert {tx: facts[2] for tx, facts in r6.items()} == {"a0": True, "a3": True, "b1": False, "d0": False, "d1": False}
+    assert _diff(outcome, {6}) == ""

@@ -278,3 +278,27 @@ def test_batches_must_hold_live_rules_with_distinct_ids() -> None:
         evaluate([RefBatch([rule(1), rule(1, limit=5)], [])])
     with pytest.raises(ValueError, match="tombstoned"):
         evaluate([RefBatch([rule(1, disabled=True)], [])])
+
+
+def test_a_shadow_rule_raises_what_it_would_as_active_flagged_shadow() -> None:
+    batches = [tx("a", 0), tx("b", 3 * MIN), tx("c", 5 * MIN), tx("p2", 1, payer=2)]
+    active = evaluate([RefBatch([rule(cooldownMinutes=5, windowMinutes=1)], batches)])
+    shadow = evaluate([RefBatch([rule(cooldownMinutes=5, windowMinutes=1, ruleState="SHADOW")], batches)])
+    assert [(a.transaction_id, a.aggregate_value) for a in shadow] == [
+        (a.transaction_id, a.aggregate_value) for a in active
+    ]
+    assert ids(shadow) == ["a", "c", "p2"] and all(a.shadow for a in shadow) and not any(a.shadow for a in active)
+
+
+def test_promotion_and_demotion_keep_the_cooldown_memory_and_switch_the_flag() -> None:
+    shadow = rule(cooldownMinutes=10, ruleState="SHADOW")
+    active = rule(cooldownMinutes=10)
+    # a (shadow) sets the memory; b after the promotion is suppressed by it; c (after 10 min) is live.
+    promoted = evaluate(
+        [RefBatch([shadow], [tx("a", 0)]), RefBatch([active], [tx("b", MIN)]), RefBatch([active], [tx("c", 10 * MIN)])]
+    )
+    assert [(a.transaction_id, a.shadow) for a in promoted] == [("a", True), ("c", False)]
+    demoted = evaluate(
+        [RefBatch([active], [tx("a", 0)]), RefBatch([shadow], [tx("b", MIN)]), RefBatch([shadow], [tx("c", 10 * MIN)])]
+    )
+    assert [(a.transaction_id, a.shadow) for a in demoted] == [("a", False), ("c", True)]

@@ -75,7 +75,8 @@ def recent_alerts(
         where.append(("detectedAt", ">", after))
         # detectedDate partitions the table: skip the days before the cursor.
         where.append(("detectedDate", ">=", after.date() - dt.timedelta(days=1)))
-    rows = reader.rows(ALERTS.name, columns=list(EXPORT_FIELDS), where=where)
+    rows = reader.rows(ALERTS.name, columns=[*EXPORT_FIELDS, "shadow"], where=where)
+    rows = [r for r in rows if not r.pop("shadow")]  # a SHADOW rule's alerts are not live ones (null: older, live)
     rows.sort(key=lambda r: (r["detectedAt"], r["ruleId"], r["transactionId"]), reverse=True)
     return rows[:limit]
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from delta_tables.alerts import ALERTS
 from delta_tables.quarantine import QUARANTINE
@@ -128,7 +129,8 @@ def alert_counts(reader: LakeReader) -> dict[int, tuple[int, dt.datetime | None]
     """Per rule: how many alerts, and the newest one's detection time."""
     if not reader.exists(ALERTS.name):
         return {}
-    table: pa.Table = reader.read(ALERTS.name, columns=["ruleId", "detectedAt"])
+    table: pa.Table = reader.read(ALERTS.name, columns=["ruleId", "detectedAt", "shadow"])
+    table = table.filter(pc.invert(pc.fill_null(table["shadow"], False)))  # live alerts only: not SHADOW rules'
     grouped = table.group_by("ruleId").aggregate([("ruleId", "count"), ("detectedAt", "max")])
     return {int(r["ruleId"]): (int(r["ruleId_count"]), r["detectedAt_max"]) for r in grouped.to_pylist()}
 

@@ -3,11 +3,15 @@
 Each frame is bounded: ``over_time`` by rules x time buckets (at most ``MAX_BUCKETS`` buckets), ``top_keys``
 by ``top_n``, ``latency_bins`` by the number of log-spaced latency bins (a few dozen).
 
+The dashboard counts live alerts: ``read_alerts`` leaves out the SHADOW rules' alerts (recorded, never acted on)
+unless asked for them alone (``shadow=True``), so the two are drawn apart and never summed.
+
 Example::
 
     alerts = read_alerts(spark, settings, since_hours=24)
     data = dashboard_data(alerts, grain="auto", top_n=10)
     data.over_time     # bucket, ruleId, alerts, minAggregate, avgAggregate, maxAggregate, limit
+    trial = dashboard_data(read_alerts(spark, settings, since_hours=24, shadow=True))   # shadow rules apart
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from delta_tables.alerts import ALERTS
+from delta_tables.alerts import ALERTS, live_alerts, shadow_alerts
 from pipelines.base.settings import Settings
 
 GRAINS = ("auto", "minute", "hour", "day")
@@ -56,9 +60,13 @@ class DashboardData:
         return grouped.sort_values(["alerts", "ruleId"], ascending=[False, True], ignore_index=True)
 
 
-def read_alerts(spark: SparkSession, settings: Settings, since_hours: float | None = None) -> DataFrame:
-    """The alerts table, optionally only alerts detected in the last ``since_hours`` (pruning partitions)."""
-    alerts = spark.read.format("delta").load(settings.table_path(ALERTS.name))
+def read_alerts(
+    spark: SparkSession, settings: Settings, since_hours: float | None = None, *, shadow: bool = False
+) -> DataFrame:
+    """The live alerts (``shadow``: the SHADOW rules' alerts instead), optionally only alerts detected in the last
+    ``since_hours`` (pruning partitions)."""
+    table = spark.read.format("delta").load(settings.table_path(ALERTS.name))
+    alerts = shadow_alerts(table) if shadow else live_alerts(table)
     if since_hours is None:
         return alerts
     since = F.timestamp_seconds(F.unix_seconds(F.current_timestamp()) - F.lit(math.ceil(since_hours * 3600)))

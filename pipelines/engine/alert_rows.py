@@ -1,4 +1,5 @@
-"""Emitted alerts -> rows of the alerts table, and their JSON for the Kafka alerts topic.
+"""Emitted alerts -> rows of the alerts table, and their JSON for the Kafka alerts topic (live alerts only: a
+SHADOW rule's alerts are rows of the table with ``shadow = true`` and never reach the topic).
 
 ``alertId`` is ``<ruleId>:<transactionId>``: deterministic, so a replayed batch produces the same ids (and the
 Delta append is skipped as already committed; Kafka consumers can deduplicate on it: that sink is at-least-once).
@@ -18,7 +19,7 @@ import datetime as dt
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from delta_tables.alerts import ALERTS_SCHEMA
+from delta_tables.alerts import ALERTS_SCHEMA, live_alerts
 from pipelines.base.kafka_clients import spark_kafka_options
 from pipelines.base.settings import Settings
 from pipelines.engine.parse_transactions import as_column
@@ -67,6 +68,7 @@ def alert_rows(
         "ingestedAt",
         (F.unix_millis(detected) - F.unix_millis("ingestedAt")).alias("latencyMs"),
         F.to_date(detected).alias("detectedDate"),
+        F.col("shadow") if "shadow" in emitted.columns else F.lit(False).alias("shadow"),
     )
     return frame.select(*[F.col(f.name).cast(f.dataType) for f in ALERTS_SCHEMA.fields])
 
@@ -78,9 +80,10 @@ def alert_json(alerts: DataFrame) -> DataFrame:
 
 
 def write_alerts_to_kafka(alerts: DataFrame, settings: Settings) -> None:
-    """Send alerts to the alerts topic (key = alertId, value = JSON). At-least-once: a replay may resend."""
+    """Send the live alerts to the alerts topic (key = alertId, value = JSON); a SHADOW rule's alerts never go
+    there (``delta_tables.alerts.live_alerts``). At-least-once: a replay may resend."""
     (
-        alert_json(alerts)
+        alert_json(live_alerts(alerts))
         .select(F.col("alertId").alias("key"), F.col("json").alias("value"))
         .write.format("kafka")
         .options(**spark_kafka_options(settings))

@@ -10,7 +10,8 @@ micro-batch on an empty prior state**. So, by the contract of docs/engine.md:
   arrived late). The engine did not evaluate its late rows, so a backtest can alert on some the engine skipped;
 * a ``transactionId`` present more than once in bronze (a producer resending it in a later batch) keeps its first
   copy by (eventTime, batchId, sourceOffset), as a repeat within one micro-batch does;
-* the candidate is evaluated as ACTIVE whatever its ``ruleState``;
+* the candidate is evaluated as ACTIVE whatever its ``ruleState``: a SHADOW rule (being tried on live traffic)
+  or a PAUSED one gives the alerts it would have raised as ACTIVE;
 * its cooldown is applied, with an empty memory at the start of the backtest.
 
 ``from_ms``/``to_ms`` select which transactions are *evaluated* (``from_ms <= eventTime < to_ms``, epoch ms).

@@ -1,10 +1,13 @@
 """A micro-batch's evaluation: its tiles, the alerts against the cached state plus the batch, the cooldown memory.
 
 ``evaluate_batch`` tags the batch's valid rows by state and key, builds its tiles (appended to the state in the
-background), evaluates the active rules against the state cached at the pinned version (``table_cache``) plus the
-batch itself, applies the cooldowns, and appends the alerts (+ Kafka) and the new cooldown memory, each through
-``BatchWrites``. After the appends, ``take_over_appends`` moves the caches to the versions just written, and
-``batch_latency`` measures the batch's latency from the alerts' commit.
+background), evaluates the ACTIVE and SHADOW rules against the state cached at the pinned version (``table_cache``)
+plus the batch itself, applies the cooldowns, and appends the alerts (+ Kafka: live ones only) and the new cooldown
+memory, each through ``BatchWrites``. A SHADOW rule's alerts go through every step an ACTIVE rule's do (its own
+cooldown memory included) and are written with ``shadow = true``; they are counted apart (``shadow_alerts``) and
+never sent to the alerts topic. Without SHADOW rules the batch runs the same actions and commits as before.
+After the appends, ``take_over_appends`` moves the caches to the versions just written, and ``batch_latency``
+measures the batch's latency from the alerts' commit.
 
 Example::
 
@@ -61,9 +64,10 @@ class Evaluated:
     background, then taken over by the caches), its alert count, and what its latency is measured from."""
 
     tiles: DataFrame
-    alerts: int = 0
+    alerts: int = 0  # live alerts: ACTIVE rules'
+    shadow_alerts: int = 0  # SHADOW rules' alerts (recorded, never acted on)
     memory: DataFrame | None = None
-    alerts_ingest_ms: list[int] | None = None  # ingestion quantiles of the batch's alerts
+    alerts_ingest_ms: list[int] | None = None  # ingestion quantiles of the batch's live alerts
     alerts_committed_ms: float | None = None  # wall clock (epoch ms) when the alerts append committed
 
 
@@ -89,7 +93,7 @@ def evaluate_batch(
         lambda tag: append_tiles(tiles_to_table(batch_tiles), paths.bucket_state, batch_id=None, tag=tag, files=files),
     )
     evaluated = Evaluated(batch_tiles)
-    active = [s for s in states if s.active_rules]
+    active = [s for s in states if s.evaluated_rules]  # ACTIVE or SHADOW rules: PAUSED ones keep state only
     if not active:
         return evaluated
     active_ids = [s.state_id for s in active]
@@ -100,15 +104,26 @@ def evaluate_batch(
     active_tiles = batch_tiles.where(F.col("stateId").isin(*active_ids))
     emitted = materialize(candidate_alerts(running, rules, prior, active_tiles, bucket_ms=bucket_ms))
     run.cached.append(emitted)
-    if any(r.rule.cooldown_minutes for s in active for r in s.active_rules):
+    if any(r.rule.cooldown_minutes for s in active for r in s.evaluated_rules):
         memory_cache.ensure(spark, run.cooldown_version)
         emitted = materialize(apply_cooldown(emitted, fold_memory(memory_cache.frame())))
         run.cached.append(emitted)
     # Candidates are few: one task over all of them, one stage (an aggregation over several partitions would
     # add a shuffle and a second stage, the larger part of this step's cost on a small batch).
-    counted = emitted.coalesce(1).agg(F.count(F.lit(1)), ingestion_percentiles(F.col("ingestedAt"))).first()
-    evaluated.alerts, evaluated.alerts_ingest_ms = (counted[0], counted[1]) if counted else (0, None)
-    if evaluated.alerts:
+    # Shadow alerts are counted in the same aggregation (no extra action) and left out of the live latency.
+    live = ~F.col("shadow")
+    counted = (
+        emitted.coalesce(1)
+        .agg(
+            F.count(F.when(live, 1)),
+            ingestion_percentiles(F.when(live, F.col("ingestedAt"))),
+            F.count(F.when(~live, 1)),
+        )
+        .first()
+    )
+    if counted:
+        evaluated.alerts, evaluated.alerts_ingest_ms, evaluated.shadow_alerts = counted[0], counted[1], counted[2]
+    if evaluated.alerts or evaluated.shadow_alerts:
         detection = local_frame(spark, [(utcnow(), run.pins.rules, run.batch_id)], DETECTION_CONSTANTS)
         rows = alert_rows(
             emitted.crossJoin(F.broadcast(detection)),
@@ -120,10 +135,10 @@ def evaluate_batch(
         run.cached.append(rows)
 
         def publish(tag: CommitTag) -> None:
-            """The alerts append, then the Kafka copy when configured (at-least-once)."""
+            """The alerts append, then the Kafka copy of the live ones when configured (at-least-once)."""
             append_tagged(rows, paths.alerts, tag, files=1)
             evaluated.alerts_committed_ms = time.time() * 1000
-            if to_kafka:
+            if to_kafka and evaluated.alerts:
                 write_alerts_to_kafka(rows, run.settings)
 
         writes.append("alerts", publish)

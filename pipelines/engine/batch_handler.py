@@ -187,6 +187,7 @@ class BatchHandler:
             counts = self._write_batch(run)
             counts.update(rules=sum(len(s.rules) for s in states), states=len(states))
             counts["activeRules"] = sum(len(s.active_rules) for s in states)
+            counts["shadowRules"] = sum(len(s.shadow_rules) for s in states)
             row = run.log_row(counts, metrics={**steps.ms, **self.last_latency})
             log_batch(spark, self.paths.batch_log, row, tag=run.tag(BATCH_LOG_WRITE))
             crash_point("logged", batch_id)
@@ -194,8 +195,12 @@ class BatchHandler:
             self.last_counts, self.last_steps = counts, steps.ms
             self.report(
                 f"batch {batch_id}: {counts['rows']} rows ({counts['late']} late, {counts['quarantined']} quarantined),"
-                f" {counts['alerts']} alerts, {steps.total_seconds:.1f} s, rules v{pins.rules}"
-                f" ({counts['activeRules']} active / {counts['rules']} live, {counts['states']} states)"
+                f" {counts['alerts']} alerts"
+                + (f" (+{counts['shadowAlerts']} shadow)" if counts["shadowAlerts"] else "")
+                + f", {steps.total_seconds:.1f} s, rules v{pins.rules}"
+                f" ({counts['activeRules']} active"
+                + (f", {counts['shadowRules']} shadow" if counts["shadowRules"] else "")
+                + f" / {counts['rules']} live, {counts['states']} states)"
                 + (f", {format_latency(self.last_latency)}" if self.last_latency else "")
             )
             return counts
@@ -294,5 +299,6 @@ class BatchHandler:
             "valid": stats.valid,
             "late": stats.late,
             "quarantined": stats.quarantined,
-            "alerts": evaluated.alerts if evaluated else 0,
+            "alerts": evaluated.alerts if evaluated else 0,  # live alerts only
+            "shadowAlerts": evaluated.shadow_alerts if evaluated else 0,
         }

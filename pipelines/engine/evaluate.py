@@ -1,4 +1,5 @@
-"""The alert condition: each evaluated transaction's aggregate under each ACTIVE rule of its state, vs the limit.
+"""The alert condition: each evaluated transaction's aggregate under each evaluated (ACTIVE or SHADOW) rule of
+its state, vs the limit. A SHADOW rule is evaluated exactly like an ACTIVE one; its candidates carry ``shadow``.
 
 For transaction ``x`` in bucket ``b`` under rule ``r`` (reach ``R`` buckets), the lookback is
 
@@ -63,6 +64,7 @@ _RULE_FIELDS = [
     StructField("cooldownMs", LongType(), False),
     StructField("ruleSnapshot", StringType(), False),
     StructField("ruleSourcePosition", StringType(), True),
+    StructField("shadow", BooleanType(), False),  # a SHADOW rule: its alerts are recorded, never acted on
 ]
 AGGREGATOR_CODES = {name: code for code, name in enumerate(("COUNT", "SUM", "AVG", "MIN", "MAX"))}
 
@@ -85,10 +87,10 @@ def reach_buckets(window_minutes: int, bucket_seconds: int) -> int:
 def rules_frame(
     spark: SparkSession, states: Sequence[StateSpec], *, bucket_seconds: int, units: DataType = LONG_UNITS
 ) -> DataFrame:
-    """The ACTIVE rules as a small frame (``rules_schema(units)``), one row per rule."""
+    """The evaluated (ACTIVE and SHADOW) rules as a small frame (``rules_schema(units)``), one row per rule."""
     rows = []
     for state in states:
-        for live in state.active_rules:
+        for live in state.evaluated_rules:
             rule = live.rule
             bounds = limit_bounds(rule.limit, units)
             rows.append(
@@ -106,6 +108,7 @@ def rules_frame(
                     (rule.cooldown_minutes or 0) * 60_000,
                     live.snapshot,
                     live.source_position,
+                    live.shadow,
                     _unit_value(bounds.floor, units),
                     _unit_value(bounds.ceiling, units),
                     bounds.sign,
@@ -199,7 +202,8 @@ POINT_COLUMNS = (
 
 
 def evaluate(points: DataFrame, ranges: DataFrame, rules: DataFrame) -> DataFrame:
-    """Candidate alerts: every (transaction, ACTIVE rule of its state it counts for) whose aggregate meets the limit.
+    """Candidate alerts: every (transaction, evaluated rule of its state it counts for) whose aggregate meets the
+    limit (``shadow`` tells a SHADOW rule's candidates).
 
     ``points``: in-time tagged rows with the running columns (values in units), once per distinct ``reach`` of
     their state's rules; ``ranges``: ``lookback.range_aggregates`` of those points; ``rules``: ``rules_frame``

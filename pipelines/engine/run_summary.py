@@ -1,6 +1,8 @@
 """What the engine has done, for people: rules, transactions, alerts per rule, latency; and the alerts export.
 
-Everything here reads aggregates (counts, percentiles) or the alerts themselves, never transactions.
+Everything here reads aggregates (counts, percentiles) or the alerts themselves, never transactions. Live alerts
+(ACTIVE rules') are what the summary counts and the export writes; a SHADOW rule's alerts are reported apart
+(``shadow_alerts_per_rule``; ``export_alerts(..., shadow=True)``), never added to the live figures.
 ``batch_log`` is the metrics table: one row per micro-batch with its counts, step timings and latency
 percentiles (``metrics.latencyP50Ms`` ...; see ``pipelines.engine.latency``), which ``batch_latencies`` reads.
 
@@ -21,6 +23,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from delta_tables.alerts import is_shadow, live_alerts, shadow_alerts
 from delta_tables.idempotent import table_version
 from pipelines.base.settings import Settings
 from pipelines.engine.alert_rows import alert_json
@@ -36,8 +39,9 @@ class EngineSummary:
     late: int = 0
     quarantined: int = 0
     batches: int = 0
-    alerts_per_rule: dict[int, int] = field(default_factory=dict)
-    latency_ms: dict[str, float] = field(default_factory=dict)  # p50/p95/p99/max, detected - ingested
+    alerts_per_rule: dict[int, int] = field(default_factory=dict)  # live alerts
+    shadow_alerts_per_rule: dict[int, int] = field(default_factory=dict)  # SHADOW rules' alerts, never acted on
+    latency_ms: dict[str, float] = field(default_factory=dict)  # p50/p95/p99/max of live alerts, detected - ingested
     batch_seconds: dict[str, float] = field(default_factory=dict)  # p50/max micro-batch duration
 
 
@@ -61,7 +65,9 @@ def engine_summary(spark: SparkSession, settings: Settings) -> EngineSummary:
     alerts = spark.read.format("delta").load(path("alerts"))
     quarantine = spark.read.format("delta").load(path("quarantine")).where(F.col("source") == "transactions")
     batches = spark.read.format("delta").load(path("batch_log")).where(F.col("job").startswith("engine-"))
-    per_rule = {r["ruleId"]: r["n"] for r in alerts.groupBy("ruleId").agg(F.count(F.lit(1)).alias("n")).collect()}
+    counted = alerts.groupBy("ruleId", is_shadow(alerts).alias("shadow")).agg(F.count(F.lit(1)).alias("n")).collect()
+    per_rule = {r["ruleId"]: r["n"] for r in counted if not r["shadow"]}
+    per_shadow_rule = {r["ruleId"]: r["n"] for r in counted if r["shadow"]}
     return EngineSummary(
         rules=[(r.rule.rule_id, r.rule.rule_state.value, r.rule.rule_name or "") for r in rules],
         rules_version=version,
@@ -70,7 +76,8 @@ def engine_summary(spark: SparkSession, settings: Settings) -> EngineSummary:
         quarantined=quarantine.count(),
         batches=batches.count(),
         alerts_per_rule=dict(sorted(per_rule.items())),
-        latency_ms=_percentiles(alerts, "latencyMs"),
+        shadow_alerts_per_rule=dict(sorted(per_shadow_rule.items())),
+        latency_ms=_percentiles(live_alerts(alerts), "latencyMs"),
         batch_seconds=_percentiles(batches, "durationMs", scale=1000.0),
     )
 
@@ -80,15 +87,23 @@ def format_summary(summary: EngineSummary) -> str:
     lines = [f"rules (version {summary.rules_version}):"]
     for rule_id, state, name in summary.rules:
         alerts = summary.alerts_per_rule.get(rule_id, 0)
-        lines.append(f"  {rule_id:>4} {state:<7} {alerts:>6} alerts  {name}")
-    others = {k: v for k, v in summary.alerts_per_rule.items() if k not in {r[0] for r in summary.rules}}
-    for rule_id, alerts in others.items():
-        lines.append(f"  {rule_id:>4} (gone)  {alerts:>6} alerts")
+        shadow = summary.shadow_alerts_per_rule.get(rule_id, 0)
+        trial = f" (+{shadow} shadow)" if shadow else ""
+        lines.append(f"  {rule_id:>4} {state:<7} {alerts:>6} alerts{trial}  {name}")
+    listed = {r[0] for r in summary.rules}
+    gone = sorted({*summary.alerts_per_rule, *summary.shadow_alerts_per_rule} - listed)
+    for rule_id in gone:
+        shadow = summary.shadow_alerts_per_rule.get(rule_id, 0)
+        trial = f" (+{shadow} shadow)" if shadow else ""
+        lines.append(f"  {rule_id:>4} (gone)  {summary.alerts_per_rule.get(rule_id, 0):>6} alerts{trial}")
     lines.append(
         f"transactions: {summary.transactions} in bronze ({summary.late} late), {summary.quarantined} quarantined,"
         f" {summary.batches} micro-batches"
     )
     lines.append(f"alerts: {sum(summary.alerts_per_rule.values())}")
+    if summary.shadow_alerts_per_rule:
+        shadow_total = sum(summary.shadow_alerts_per_rule.values())
+        lines.append(f"shadow alerts (SHADOW rules, recorded, not acted on): {shadow_total}")
     if summary.latency_ms:
         lat = summary.latency_ms
         lines.append(
@@ -110,7 +125,7 @@ class BatchLatency:
     finished_at: Any
     rules_version: int | None
     rows: int
-    alerts: int
+    alerts: int  # live alerts
     duration_ms: float | None
     alert_latency: tuple[float, float, float] | None  # p50, p95, p99 over the batch's alerts
     evaluated_latency: tuple[float, float, float] | None  # p50, p95, p99 over its in-time valid transactions
@@ -163,12 +178,16 @@ def format_batch_latencies(batches: list[BatchLatency]) -> str:
     return "\n".join(lines)
 
 
-def export_alerts(spark: SparkSession, settings: Settings, output: str | Path, *, rule_id: int | None = None) -> int:
-    """Write the alerts as JSON lines (alertId, ruleId, transactionId, key, aggregateValue, limit, eventTime,
-    detectedAt, ...), oldest detection first; return how many. Streams rows to the driver, not all at once."""
+def export_alerts(
+    spark: SparkSession, settings: Settings, output: str | Path, *, rule_id: int | None = None, shadow: bool = False
+) -> int:
+    """Write the live alerts (``shadow``: the SHADOW rules' alerts instead) as JSON lines (alertId, ruleId,
+    transactionId, key, aggregateValue, limit, eventTime, detectedAt, ...), oldest detection first; return how
+    many. Streams rows to the driver, not all at once."""
     if not DeltaTable.isDeltaTable(spark, settings.table_path("alerts")):
         raise FileNotFoundError(f"no alerts table under {settings.lakehouse_root}: run `fraudlake init` / `run`")
-    alerts = spark.read.format("delta").load(settings.table_path("alerts"))
+    table = spark.read.format("delta").load(settings.table_path("alerts"))
+    alerts = shadow_alerts(table) if shadow else live_alerts(table)
     if rule_id is not None:
         alerts = alerts.where(F.col("ruleId") == rule_id)
     ordered = alert_json(alerts.orderBy("detectedAt", "ruleId", "transactionId"))

@@ -1,7 +1,9 @@
 """Rules in force -> shared states, and what the bucket state must change for them (new, rebuilt, dropped).
 
 Rules with the same (grouping keys, aggregate field, filter) share one state (``Rule.state_id``): their buckets
-are the same whatever their aggregator, limit or window. Rules are few, so this module works on Python lists
+are the same whatever their aggregator, limit, window or rule state. A rule's state (ACTIVE, PAUSED, SHADOW) is not
+part of ``state_id``, so promoting a SHADOW rule to ACTIVE (or demoting, pausing, resuming it) keeps its buckets:
+nothing is rebuilt. Rules are few, so this module works on Python lists
 (collected once per batch, at the pinned rules-table version), never on transactions.
 
 Example::
@@ -40,6 +42,15 @@ class LiveRule:
         return self.rule.rule_state is RuleState.ACTIVE
 
     @property
+    def evaluated(self) -> bool:
+        """ACTIVE or SHADOW: evaluated alike; only what happens to the alerts differs (``shadow``)."""
+        return self.rule.evaluated
+
+    @property
+    def shadow(self) -> bool:
+        return self.rule.shadow
+
+    @property
     def snapshot(self) -> str:
         return rule_snapshot_json(self.rule)
 
@@ -57,12 +68,21 @@ class StateSpec:
 
     @property
     def window_minutes(self) -> int:
-        """The widest window of its live (ACTIVE and PAUSED) rules: how much history the state keeps."""
+        """The widest window of its live (ACTIVE, PAUSED and SHADOW) rules: how much history the state keeps."""
         return max(r.rule.window_minutes for r in self.rules)
 
     @property
     def active_rules(self) -> tuple[LiveRule, ...]:
         return tuple(r for r in self.rules if r.active)
+
+    @property
+    def evaluated_rules(self) -> tuple[LiveRule, ...]:
+        """The rules evaluated against this state: ACTIVE and SHADOW (not PAUSED)."""
+        return tuple(r for r in self.rules if r.evaluated)
+
+    @property
+    def shadow_rules(self) -> tuple[LiveRule, ...]:
+        return tuple(r for r in self.rules if r.shadow)
 
 
 @dataclass(frozen=True)
@@ -92,7 +112,8 @@ class StatePlan:
 
 
 def read_live_rules(spark: SparkSession, path: str, *, version: int, schema: TransactionSchema) -> list[LiveRule]:
-    """The ACTIVE and PAUSED rules of the rules table at ``version``; a row that fails validation is skipped."""
+    """The live (ACTIVE, PAUSED, SHADOW) rules of the rules table at ``version``; a row that fails validation is
+    skipped."""
     frame = live_rules(spark.read.format("delta").option("versionAsOf", version).load(path))
     rules: list[LiveRule] = []
     for row in frame.collect():  # rules, not transactions: a few hundred rows at most
