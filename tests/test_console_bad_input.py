@@ -12,16 +12,14 @@ import html
 import json
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from email.message import Message
 from typing import Any
 
 import psycopg
 import pytest
-from console_support import running_console
+from console_support import fetch, running_console
 from debezium_support import own_database
 from engine_fixtures import make_rule
 from polling import wait_for
@@ -35,19 +33,6 @@ from pipelines.local.rules_database import RulesDb
 from rules_cdc.plan_changes import TableView
 
 UNKNOWN_TOKEN = "0123456789ab"  # well-formed edit / backtest id that nothing has
-
-
-def fetch(
-    url: str, *, form: dict[str, str] | None = None, body: bytes | None = None, timeout: float = 30.0
-) -> tuple[int, str, Message]:
-    """GET (or POST a form / raw body) with the stdlib client; redirects followed; (status, text, headers)."""
-    data = body if body is not None else (urllib.parse.urlencode(form).encode() if form is not None else None)
-    request = urllib.request.Request(url, data=data)
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.status, response.read().decode(), response.headers
-    except urllib.error.HTTPError as error:
-        return error.code, error.read().decode(), error.headers
 
 
 def quoted(path: str) -> str:

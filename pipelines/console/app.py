@@ -6,12 +6,15 @@ backtest or page (404), a malformed address (400, ``params``), a body over the b
 (503) or did not answer in time (504, ``blocking``); anything else a one-line message (500), with the traceback in
 the server's log only.
 
-``create_app`` takes extra middleware (``starlette.middleware.Middleware`` items), run outside the console's own
-(the request-body bound): sign-in and CSRF protection belong there.
+Around the routes, outermost first: the allowed hosts (``console.allowed_hosts``: any other ``Host`` gets 400),
+extra ``middleware`` given by the caller, sign-in (``auth.SignIn``: no page without a session), the request-body
+bound. Every route depends on ``auth.csrf_guard`` (same origin + CSRF token on anything but GET/HEAD/OPTIONS); a
+changing route also declares its role (``auth.require``). A new page module adds its router to ``ROUTERS``.
 
 Example::
 
-    app = create_app(ConsoleContext.build(settings, writer=choose_writer(settings), spark=SharedSpark(settings)))
+    console = ConsoleContext.build(settings, writer=choose_writer(settings), spark=SharedSpark(settings))
+    app = create_app(console, auth=Auth.from_settings(settings))
     uvicorn.run(app, host="127.0.0.1", port=8050)
 """
 
@@ -20,15 +23,17 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import RedirectResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.responses import JSONResponse, Response
 
-from pipelines.console import pages_alerts, pages_backtest, pages_health, pages_rules
+from pipelines.console import pages_alerts, pages_backtest, pages_health, pages_outcomes, pages_rules, pages_signin
+from pipelines.console.auth import Auth, SignIn, csrf_guard
 from pipelines.console.blocking import PoolBusy, PoolTimeout
 from pipelines.console.context import STATIC, ConsoleContext, console_of
 from pipelines.console.lake_reader import TableMissing
@@ -36,6 +41,14 @@ from pipelines.console.params import BadParameter
 from pipelines.console.request_limits import BodyLimit, BodyTooLarge
 
 log = logging.getLogger(__name__)
+ROUTERS = [
+    pages_signin.router,
+    pages_rules.router,
+    pages_alerts.router,
+    pages_outcomes.router,
+    pages_health.router,
+    pages_backtest.router,
+]
 
 
 def _error(request: Request, status: int, title: str, message: str, *, logged: bool = False) -> Response:
@@ -45,18 +58,25 @@ def _error(request: Request, status: int, title: str, message: str, *, logged: b
     return console_of(request).page(request, "error.html", status, title=title, message=message, logged=logged)
 
 
-def create_app(console: ConsoleContext, *, middleware: Sequence[Middleware] = ()) -> FastAPI:
-    """The console app; ``middleware`` (outermost first) wraps the console's own request-body bound."""
+def create_app(console: ConsoleContext, *, auth: Auth, middleware: Sequence[Middleware] = ()) -> FastAPI:
+    """The console app: hosts, ``middleware`` (outermost first), sign-in, body bound; CSRF on every route."""
     app = FastAPI(
         title="fraudlake console",
         docs_url=None,
         redoc_url=None,
         openapi_url=None,
-        middleware=[*middleware, Middleware(BodyLimit)],
+        dependencies=[Depends(csrf_guard)],
+        middleware=[
+            Middleware(TrustedHostMiddleware, allowed_hosts=list(auth.settings.allowed_hosts)),
+            *middleware,
+            Middleware(SignIn, auth=auth),
+            Middleware(BodyLimit),
+        ],
     )
     app.state.console = console
+    app.state.auth = auth
     app.mount("/static", StaticFiles(directory=str(STATIC)), name="static")
-    for router in (pages_rules.router, pages_alerts.router, pages_health.router, pages_backtest.router):
+    for router in ROUTERS:
         app.include_router(router)
 
     # Handlers are async: they only render (no I/O), so they never need a thread.

@@ -22,6 +22,7 @@ from pyspark.sql import SparkSession
 from starlette.responses import Response
 
 from pipelines.base.settings import Settings
+from pipelines.console.auth import page_values
 from pipelines.console.backtest_jobs import BacktestRunner
 from pipelines.console.blocking import BlockingPool
 from pipelines.console.edit_progress import EditLog
@@ -132,6 +133,7 @@ class ConsoleContext:
             "writes_mode": self.writer.mode,
             "poll_ms": int(self.poll_seconds * 1000),
             "bucket_seconds": self.settings.engine.bucket_seconds,
+            **page_values(request),
         }
         return self.templates.TemplateResponse(request, name, {**common, **values}, status_code=status_code)
 

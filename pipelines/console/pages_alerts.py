@@ -19,6 +19,7 @@ from pipelines.console.alerts_data import AlertQuery, BadQuery, find_alert, rece
 from pipelines.console.context import ConsoleContext, console_of
 from pipelines.console.evidence import Evidence, EvidenceUnavailable, alert_evidence
 from pipelines.console.lake_reader import TableMissing
+from pipelines.console.outcomes_data import LABELS, disposition_history
 
 router = APIRouter()
 LIST_LIMIT = 200
@@ -103,7 +104,16 @@ async def evidence_page(request: Request) -> Response:
     console = console_of(request)
     rule_id, transaction_id = params.alert_id(request.query_params.get("id"))
     alert, evidence, problem = await console.lake.run(_alert_and_evidence, console, rule_id, transaction_id)
-    return console.page(request, "evidence.html", alert=alert, evidence=evidence, problem=problem)
+    dispositions = await console.lake.run(disposition_history, console.reader, f"{rule_id}:{transaction_id}")
+    return console.page(
+        request,
+        "evidence.html",
+        alert=alert,
+        evidence=evidence,
+        problem=problem,
+        dispositions=dispositions,
+        disposition_labels=LABELS,
+    )
 
 
 def _jsonable(row: dict[str, Any]) -> dict[str, Any]:

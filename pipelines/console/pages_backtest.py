@@ -10,12 +10,13 @@ import datetime as dt
 import json
 from typing import Any
 
-from fastapi import APIRouter, HTTPException, Request
+from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import JSONResponse, RedirectResponse
 from starlette.responses import Response
 
 from delta_tables.bronze_transactions import bronze_spec
 from pipelines.console import params
+from pipelines.console.auth import require
 from pipelines.console.backtest_jobs import (
     MAX_RANGE_DAYS,
     SAMPLE_SIZE,
@@ -32,6 +33,8 @@ from pipelines.console.rules_data import rule_entry
 from rules_cdc.rule_model import RuleValidationError
 
 router = APIRouter()
+ANALYST = Depends(require("analyst"))
+"""Changing rules and running backtests need the analyst role or above (auth.py)."""
 
 
 def _job(request: Request, job_id: str) -> BacktestJob:
@@ -63,7 +66,7 @@ async def backtest_form(request: Request) -> Response:
     )
 
 
-@router.post("/backtest")
+@router.post("/backtest", dependencies=[ANALYST])
 async def start_backtest(request: Request) -> Response:
     console = console_of(request)
     form = await request.form()

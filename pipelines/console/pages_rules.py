@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, HTTPException, Request
+from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import JSONResponse, RedirectResponse
 from starlette.responses import Response
 
@@ -16,6 +16,7 @@ from delta_tables.alerts import ALERTS
 from delta_tables.rules import RULES
 from pipelines.console import params
 from pipelines.console.alerts_data import AlertQuery, recent_alerts
+from pipelines.console.auth import require
 from pipelines.console.blocking import PoolBusy, PoolTimeout
 from pipelines.console.context import ConsoleContext, console_of
 from pipelines.console.edit_progress import EditRecord, edit_progress
@@ -25,6 +26,8 @@ from pipelines.console.rules_data import RuleEntry, rule_entry, rule_history, ru
 from rules_cdc.rule_model import COUNT_FIELD, Rule, RuleValidationError
 
 router = APIRouter()
+ANALYST = Depends(require("analyst"))
+"""Changing rules and running backtests need the analyst role or above (auth.py)."""
 
 
 def form_choices(console: ConsoleContext) -> dict[str, Any]:
@@ -51,7 +54,7 @@ async def new_rule_form(request: Request) -> Response:
     return console.page(request, "rule_form.html", values=RuleFormValues(), mode="create", **form_choices(console))
 
 
-@router.post("/rules/new")
+@router.post("/rules/new", dependencies=[ANALYST])
 async def create_rule(request: Request) -> Response:
     values = RuleFormValues.from_form(await request.form())
     return await submit_rule(request, values, "create")
@@ -90,14 +93,14 @@ async def edit_rule_form(request: Request, rule_id: str) -> Response:
     return console.page(request, "rule_form.html", values=values, mode="update", **form_choices(console))
 
 
-@router.post("/rules/{rule_id}/edit")
+@router.post("/rules/{rule_id}/edit", dependencies=[ANALYST])
 async def update_rule(request: Request, rule_id: str) -> Response:
     checked = params.rule_id(rule_id, "the rule id")
     values = RuleFormValues.from_form(await request.form()).with_rule_id(str(checked))
     return await submit_rule(request, values, "update")
 
 
-@router.post("/rules/{rule_id}/{action}")
+@router.post("/rules/{rule_id}/{action}", dependencies=[ANALYST])
 async def rule_action(request: Request, rule_id: str, action: str) -> Response:
     if action not in ("pause", "resume", "delete"):
         raise HTTPException(404, f"There is no action {action!r} for rules (pause, resume or delete).")

@@ -164,3 +164,20 @@ def bounded_int(value: str | None, name: str, *, low: int, high: int) -> int:
     if not _DIGITS.fullmatch(stripped) or not low <= int(stripped) <= high:
         raise BadParameter(f"{name} must be a whole number from {low} to {high}, got {_shown(stripped)}")
     return int(stripped)
+
+
+_FRACTION = re.compile(r"(?:0|1)?(?:\.[0-9]{1,6})?|0|1", re.ASCII)
+
+
+def fraction(value: str | None, name: str, *, default: float) -> float:
+    """A number from 0 to 1 (``0.25``, ``.5``, ``1``); ``default`` when blank.
+
+    >>> fraction("0.25", "min precision", default=0.5), fraction("", "min precision", default=0.5)
+    (0.25, 0.5)
+    """
+    stripped = (value or "").strip()
+    if not stripped:
+        return default
+    if not _FRACTION.fullmatch(stripped) or stripped == "." or float(stripped) > 1:
+        raise BadParameter(f"{name} must be a number from 0 to 1 such as 0.5, got {_shown(stripped)}")
+    return float(stripped)

@@ -188,3 +188,30 @@
 
   window.fraudlake = { followAlerts, followEdit, followBacktest, healthCharts, dayChart };
 })();
+
+// CSRF: every state-changing request carries the session's token. Forms get it as a hidden field from the
+// templates (added here too for a POST form that lacks it); fetch calls that change something use fraudlakeFetch,
+// which sends it as the X-CSRF-Token header.
+(function () {
+  "use strict";
+  const meta = document.querySelector('meta[name="csrf-token"]');
+  const token = meta ? meta.content : "";
+  window.fraudlakeFetch = function (url, options) {
+    const opts = Object.assign({ credentials: "same-origin" }, options || {});
+    const method = (opts.method || "GET").toUpperCase();
+    if (!["GET", "HEAD", "OPTIONS"].includes(method)) {
+      opts.headers = Object.assign({}, opts.headers || {}, { "X-CSRF-Token": token });
+    }
+    return fetch(url, opts);
+  };
+  if (!token) return;
+  for (const form of document.querySelectorAll('form[method="post" i]')) {
+    if (!form.querySelector('input[name="csrf_token"]')) {
+      const input = document.createElement("input");
+      input.type = "hidden";
+      input.name = "csrf_token";
+      input.value = token;
+      form.appendChild(input);
+    }
+  }
+})();
