@@ -47,8 +47,6 @@ from pipelines.engine.table_cache import TableCache, kept, materialize, release
 from pipelines.engine.units import tiles_to_table
 
 TAGGED_KEEP = ("transactionId", "eventTime", "isLate", "ingestedAt", "batchId", "batchStartedAt")
-
-
 DETECTION_CONSTANTS = StructType(
     [
         StructField("_detectedAt", TimestampType(), False),
