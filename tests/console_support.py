@@ -139,18 +139,19 @@ class Visitor:
         form: dict[str, str] | None = None,
         body: bytes | None = None,
         timeout: float = 30.0,
-        headers: dict[str, str] | None = None,
+        headers: dict[str, str | None] | None = None,
         csrf: bool = True,
         follow: bool = True,
     ) -> tuple[int, str, Message]:
         """GET (or POST a form / raw body); (status, text, headers). A POST sends ``Origin`` and, with ``csrf``,
-        the token of the last page read; ``headers`` add or replace (``{"Origin": ...}``)."""
+        the token of the last page read; ``headers`` add or replace (``{"Origin": ...}``; None: not sent)."""
         full = url if url.startswith("http") else self.base_url + url
         if form is not None and csrf:
             form = {"csrf_token": self.csrf, **form}
         data = body if body is not None else (urllib.parse.urlencode(form).encode() if form is not None else None)
         sent = {"Origin": self.base_url} if data is not None else {}
-        request = urllib.request.Request(full, data=data, headers={**sent, **(headers or {})})
+        merged = {name: value for name, value in {**sent, **(headers or {})}.items() if value is not None}
+        request = urllib.request.Request(full, data=data, headers=merged)
         opener = self._follow if follow else self._stay
         try:
             with opener.open(request, timeout=timeout) as response:

@@ -137,18 +137,21 @@ class SessionStore:
 
 
 class LoginLimiter:
-    """At most ``max_failures`` failed sign-ins per user name and per client address within ``window_s``; then
-    refused until the oldest failure leaves the window. A success clears the name's failures."""
+    """At most ``max_failures`` failed sign-ins per user name and ``max_address_failures`` per client address (a
+    team behind one NAT shares it) within ``window_s``; then refused until the oldest failure leaves the window. A
+    success clears the name's failures."""
 
     def __init__(
         self,
         *,
         max_failures: int = 5,
+        max_address_failures: int = 20,
         window_s: float = 300.0,
         max_keys: int = 10_000,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.max_failures = max_failures
+        self.max_address_failures = max_address_failures
         self.window_s = window_s
         self.max_keys = max_keys
         self._clock = clock
@@ -169,8 +172,8 @@ class LoginLimiter:
         with self._lock:
             waits = [
                 self.window_s - (now - times[0])
-                for key in (f"user:{name}", f"ip:{address}")
-                if len(times := self._recent(key, now)) >= self.max_failures
+                for key, bound in ((f"user:{name}", self.max_failures), (f"ip:{address}", self.max_address_failures))
+                if len(times := self._recent(key, now)) >= bound
             ]
         return max(waits, default=0.0)
 
