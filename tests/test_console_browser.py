@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from console_support import CHROMIUM_ARGS, Screenshots, chromium_executable, running_console
+from console_support import CHROMIUM_ARGS, PASSWORD, Screenshots, chromium_executable, running_console
 from debezium_support import cdc_settings, own_database, running_connector
 from engine_fixtures import json_line
 from playwright.sync_api import BrowserContext, Page, sync_playwright
@@ -107,6 +107,19 @@ def stack(
             rules_job.stop()
 
 
+def visit(page: Page, url: str) -> Any:
+    """``page.goto``, signing in as the analyst ana first when the console asks (each console has its own sessions;
+    consoles of this module share 127.0.0.1, so their cookies replace each other)."""
+    response = page.goto(url)
+    if page.url.split("?")[0].endswith("/login"):
+        page.fill("#f-username", "ana")
+        page.fill("#f-password", PASSWORD)
+        page.click("#sign-in")
+        page.wait_for_load_state()
+        response = page.goto(url)
+    return response
+
+
 def db_rule(db: RulesDb, rule_id: int) -> dict[str, Any] | None:
     out = db.sql(f"SELECT coalesce(json_agg(row_to_json(r)), '[]') FROM fraud_rules r WHERE rule_id = {int(rule_id)}")
     rows = json.loads(out)
@@ -147,7 +160,7 @@ def test_a_rule_from_the_form_reaches_the_engine_and_its_alert_explains_itself(
 ) -> None:
     page = browser.new_page()
     # 1. The form refuses what the rule model refuses, with the model's own message, keeping what was typed.
-    page.goto(stack.url("/rules"))
+    visit(page, stack.url("/rules"))
     page.click("#new-rule")
     typed = {
         "ruleId": str(RULE_ID),
@@ -186,7 +199,7 @@ def test_a_rule_from_the_form_reaches_the_engine_and_its_alert_explains_itself(
 
     # 3. The live list is open; transactions arrive and the engine runs: the alert appears without a reload.
     alerts = browser.new_page()
-    alerts.goto(stack.url(f"/alerts?rule={RULE_ID}"))
+    visit(alerts, stack.url(f"/alerts?rule={RULE_ID}"))
     alerts.evaluate("window.__sameDocument = true")
     now_ms = int(time.time() * 1000) - 5_000
     feed(
@@ -227,23 +240,23 @@ def test_a_rule_from_the_form_reaches_the_engine_and_its_alert_explains_itself(
     shots.take(alerts, "evidence")
 
     # 5. The edit's progress shows the first micro-batch that used the rule.
-    page.goto(edit_url)
+    visit(page, edit_url)
     batch_text = wait_step(page, "batch")
     first = stack.spark.read.format("delta").load(stack.settings.table_path("batch_log")).orderBy("finishedAt").first()
     assert f"batch {first['batchId']} " in batch_text and first["rulesVersion"] >= version
     shots.take(page, "edit-progress")
 
     # 6. The rules page and the rule's own page: state, version, history, alert counts.
-    page.goto(stack.url("/rules"))
+    visit(page, stack.url("/rules"))
     listed = page.locator(f'#rules-table tr[data-rule-id="{RULE_ID}"]').inner_text()
     assert "ACTIVE" in listed and f"v{version}" in listed and "\t2\t" in listed
     shots.take(page, "rules")
-    page.goto(stack.url(f"/rules/{RULE_ID}"))
+    visit(page, stack.url(f"/rules/{RULE_ID}"))
     assert page.locator("#history tbody tr").count() >= 1 and page.locator("#rule-alerts").inner_text().startswith("2")
     shots.take(page, "rule")
 
     # 7. Health: per-batch charts drawn from batch_log.
-    page.goto(stack.url("/health"))
+    visit(page, stack.url("/health"))
     page.wait_for_selector("#chart-latency canvas")
     assert page.locator("#engine-status").get_attribute("data-state") == "running"
     shots.take(page, "health")
@@ -253,7 +266,7 @@ def test_a_backtested_variant_is_published_and_a_pause_travels_the_same_path(
     stack: Stack, browser: BrowserContext, shots: Screenshots
 ) -> None:
     page = browser.new_page()
-    page.goto(stack.url(f"/backtest?rule={RULE_ID}"))
+    visit(page, stack.url(f"/backtest?rule={RULE_ID}"))
     assert page.locator("#f-limit").input_value() == "100"
     fill_rule(page, limit="150")
     page.click("#run-backtest")
@@ -273,12 +286,12 @@ def test_a_backtested_variant_is_published_and_a_pause_travels_the_same_path(
     assert db_rule(stack.db, 902)["limit_value"] == 150
     assert "ACTIVE" in wait_step(page, "applied")
 
-    page.goto(stack.url(f"/rules/{RULE_ID}"))
+    visit(page, stack.url(f"/rules/{RULE_ID}"))
     page.click("#pause-rule")
     page.wait_for_url("**/edits/*")
     assert db_rule(stack.db, RULE_ID)["rule_state"] == "PAUSED"
     assert "PAUSED" in wait_step(page, "applied")
-    page.goto(stack.url(f"/rules/{RULE_ID}"))
+    visit(page, stack.url(f"/rules/{RULE_ID}"))
     assert page.locator("#rule-state").inner_text() == "PAUSED"
 
 
@@ -292,7 +305,7 @@ def test_an_unknown_rule_or_alert_gets_a_clear_page(stack: Stack, browser: Brows
         ("/rules/not-a-number", "malformed"),
         ("/alerts/evidence?id=%C2%B2:x", "malformed"),
     ):
-        response = page.goto(stack.url(path))
+        response = visit(page, stack.url(path))
         assert response is not None and response.status in (400, 404)
         assert text in page.locator("#error-message").inner_text()
         assert "Traceback" not in page.content()
@@ -305,7 +318,7 @@ def test_a_lakehouse_without_tables_and_a_stopped_engine_get_clear_pages(
     empty = base_settings.with_lakehouse(str(tmp_path / "empty"))
     with running_console(empty, writer=TopicWriter(empty), spark=lambda: spark) as (server, _):
         for path, table in (("/rules", "rules"), ("/alerts", "alerts"), ("/health", "batch_log")):
-            response = page.goto(server.url + path)
+            response = visit(page, server.url + path)
             assert response is not None and response.status == 503
             assert f"no {table} table yet" in page.locator("#no-tables h1").inner_text()
         shots.take(page, "no-tables")
@@ -331,7 +344,7 @@ def test_a_lakehouse_without_tables_and_a_stopped_engine_get_clear_pages(
         tag=None,
     )
     with running_console(stopped, writer=TopicWriter(stopped), spark=lambda: spark) as (server, _):
-        page.goto(server.url + "/health")
+        visit(page, server.url + "/health")
         status = page.locator("#engine-status")
         assert status.get_attribute("data-state") == "quiet"
         assert "stopped" in status.inner_text() and "2 h ago" in status.inner_text()
@@ -339,7 +352,7 @@ def test_a_lakehouse_without_tables_and_a_stopped_engine_get_clear_pages(
         shots.take(page, "health-engine-stopped")
 
         # The form refuses bad input with the model's message and keeps it; nothing is sent anywhere.
-        page.goto(server.url + "/rules/new")
+        visit(page, server.url + "/rules/new")
         fill_rule(page, ruleId="5", limit="lots", windowMinutes="10", filter='{"field": "nope", "op": "EQUAL"')
         page.click("#save-rule")
         shown = page.locator("#form-error").inner_text()

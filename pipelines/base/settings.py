@@ -126,6 +126,32 @@ class MaintenanceSettings(_Frozen):
     vacuum_retention_hours: int = Field(168, ge=0)
 
 
+ConsoleRole = Literal["viewer", "analyst", "approver", "admin"]
+
+
+class ConsoleSettings(_Frozen):
+    """Who may use ``fraudlake console`` and how (docs/console.md, "Sign-in"). No secret lives here: the session
+    key comes from ``$FRAUDLAKE_CONSOLE_SECRET`` or ``secret_file`` (0600, generated on first start)."""
+
+    # "local": people sign in with a password from users_file; "databricks_proxy": the Databricks App's proxy
+    # signs them in and forwards who they are (X-Forwarded-Email / X-Forwarded-Preferred-Username).
+    auth: Literal["local", "databricks_proxy"] = "local"
+    users_file: str | None = None  # default <work_dir>/console/users.json (0600)
+    secret_file: str | None = None  # default <work_dir>/console/session.key (0600)
+    allowed_hosts: tuple[str, ...] = ("127.0.0.1", "localhost")  # Host headers answered; "*.example.com" allowed
+    idle_minutes: int = Field(30, ge=1, le=24 * 60)  # a session unused this long ends
+    absolute_hours: int = Field(12, ge=1, le=24 * 30)  # and any session ends this long after sign-in
+    secure_cookie: Literal["auto", "always"] = "auto"  # auto: Secure when the request came over https
+    proxy_roles: dict[str, ConsoleRole] = {}  # databricks_proxy: e-mail or user name -> role (the users file's too)
+    proxy_default_role: ConsoleRole | None = None  # a proxied person named nowhere: this role, or refused (None)
+
+    def users_path(self, work_dir: str) -> Path:
+        return Path(self.users_file) if self.users_file else Path(work_dir) / "console" / "users.json"
+
+    def secret_path(self, work_dir: str) -> Path:
+        return Path(self.secret_file) if self.secret_file else Path(work_dir) / "console" / "session.key"
+
+
 class TransactionField(_Frozen):
     name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     type: FieldType
@@ -181,6 +207,7 @@ class Settings(_Frozen):
     maintenance: MaintenanceSettings = MaintenanceSettings()
     rulesdb: RulesDbSettings = RulesDbSettings()  # the local rules database (fraudlake rulesdb)
     connect: ConnectSettings = ConnectSettings()  # the local Kafka Connect worker with Debezium (fraudlake connect)
+    console: ConsoleSettings = ConsoleSettings()  # sign-in, roles and hosts of fraudlake console
     transaction_schema: TransactionSchema
 
     @field_validator("version")
