@@ -78,7 +78,8 @@ class ApplyResult:
 
 
 def ensure_rules_tables(spark: SparkSession, settings: Settings) -> None:
-    """Create the rules, rule_changes and quarantine tables if missing (idempotent)."""
+    """Create the rules, rule_changes and quarantine tables if missing: idempotent, and safe while the engine's
+    ``init_lakehouse`` (or another job) creates the same tables (``create_table`` takes a lost race)."""
     retention = file_retention(settings.maintenance.vacuum_retention_hours)
     for spec in (RULES, RULE_CHANGES, QUARANTINE):
         create_table(spark, spec, settings.table_path(spec.name), properties=retention)
