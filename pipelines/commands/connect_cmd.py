@@ -4,6 +4,8 @@
 creates the rules topic if missing (partitions and retention from conf), then starts a standalone worker with the
 connector of ``connect.connector_conf`` (conf/connect/rules-postgres.properties) and waits until its task runs.
 The first start snapshots every existing rule; later starts resume from the offsets kept under the work dir.
+Two starts at once make one worker (they take turns on a lock beside its pid file); ``stop`` signals only the process
+the pid file records.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import argparse
 import sys
 from typing import Any
 
+from pipelines.base.file_lock import LockTimeout
 from pipelines.base.kafka_clients import ensure_topics
 from pipelines.base.settings import Settings
 from pipelines.commands.context import settings_from
@@ -35,16 +38,17 @@ def register(subparsers: Any, parent: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     worker = ConnectWorker.from_settings(settings)
-    if args.action == "stop":
-        print("connect: stopped (offsets kept)" if worker.stop() else "connect: was not running")
-        return 0
     if args.action == "status":
         print(f"connect: {worker.status()}")
         return 0
     try:
+        if args.action == "stop":
+            print("connect: stopped (offsets kept)" if worker.stop() else "connect: was not running")
+            return 0
         return _start(settings, worker)
-    except (ConnectError, SecretError) as error:  # SecretError: the Debezium role's password, named not shown
-        print(f"connect start: {error}", file=sys.stderr)
+    # SecretError: the Debezium role's password, named not shown; LockTimeout: another start/stop held on too long
+    except (ConnectError, SecretError, LockTimeout) as error:
+        print(f"connect {args.action}: {error}", file=sys.stderr)
         return 1
 
 
