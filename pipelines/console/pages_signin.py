@@ -7,6 +7,7 @@ returns to ``next`` when that is a path of this console."""
 from __future__ import annotations
 
 import logging
+import re
 
 from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse
@@ -27,6 +28,7 @@ from pipelines.console.context import console_of
 router = APIRouter()
 log = logging.getLogger(__name__)
 MAX_NAME_FIELD = 200
+NONCE = re.compile(r"[A-Za-z0-9_-]{32}", re.ASCII)
 
 
 def safe_next(target: str | None) -> str:
@@ -47,7 +49,10 @@ def _client(request: Request) -> str:
 
 def _form(request: Request, status: int = 200, *, error: str | None = None, username: str = "") -> Response:
     auth = auth_of(request)
-    nonce = new_login_nonce()
+    # The nonce a form of this browser already holds is kept: a second GET of /login (a favicon request redirected
+    # here, another tab) must not invalidate the form on screen.
+    held = request.cookies.get(LOGIN_COOKIE, "")
+    nonce = held if NONCE.fullmatch(held) else new_login_nonce()
     response = console_of(request).page(
         request,
         "login.html",
