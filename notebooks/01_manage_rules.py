@@ -12,7 +12,8 @@
 # MAGIC other actions; blank = the rule in `rule_json`); `publish_to`: `apply` (default) applies the events at once
 # MAGIC through the rules job's own code path (parse, MERGE, change log), `kafka` publishes them to the rules topic,
 # MAGIC where the continuous `fraudlake_rules_cdc` job applies them; `as_of` (a rules-table version or a UTC
-# MAGIC timestamp for the time-travel view; blank = the version before this edit).
+# MAGIC timestamp for the time-travel view; blank = the version before this edit); `history_at` (an ISO date or
+# MAGIC time, UTC: who made the rule what it was then, and why; blank = skip).
 
 # COMMAND ----------
 
@@ -25,6 +26,7 @@ dbutils.widgets.text("rule_json", seed_rule_text(dbutils.widgets.get("conf") or 
 dbutils.widgets.text("rule_id", "", "Rule id (blank: the rule in Rule JSON)")
 dbutils.widgets.dropdown("publish_to", "apply", list(DESTINATIONS), "Apply now or publish to Kafka")
 dbutils.widgets.text("as_of", "", "Time travel to version or timestamp (blank: before this edit)")
+dbutils.widgets.text("history_at", "", "Who made the rule(s) what they were at (ISO time, UTC; blank: skip)")
 
 # COMMAND ----------
 
@@ -55,11 +57,22 @@ display(rules_frame(spark, settings, include_tombstones=False))
 # COMMAND ----------
 
 # MAGIC %md The history of the edited rule(s): every applied change, oldest first, with the rules-table version it
-# MAGIC produced (`rulesVersion`) and the rule before and after.
+# MAGIC produced (`rulesVersion`), the rule before and after, who changed it (`changedBy`; `unattributed` for an
+# MAGIC edit typed in SQL that did not say), who approved it (`approvedBy`) and why (`changeReason`).
 
 # COMMAND ----------
 
 display(history_frame(spark, settings, outcome.rule_ids))
+
+# COMMAND ----------
+
+# MAGIC %md Who made the rule(s) what they were at `history_at`: per rule, the change in force then.
+
+# COMMAND ----------
+
+history_at = dbutils.widgets.get("history_at").strip()
+if history_at:
+    display(history_frame(spark, settings, outcome.rule_ids, at=history_at))
 
 # COMMAND ----------
 

@@ -227,6 +227,10 @@ def write_change_log(
             "appliedAt": now,
             "rulesVersion": rules_version,
             "batchId": batch_id,
+            "changedBy": e.attribution.changed_by,
+            "approvedBy": e.attribution.approved_by,
+            "changeReason": e.attribution.change_reason,
+            "proposalId": e.attribution.proposal_id,
         }
         for e in plan.log
     ]

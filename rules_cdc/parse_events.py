@@ -27,9 +27,13 @@ from rules_cdc.source_position import PositionError, position_of
 
 _ID_COLUMNS = ("rule_id", "ruleId")
 MAX_REASON_CHARS = 500
-DATABASE_COLUMNS = frozenset({"updated_at"})
-"""Columns of ``fraud_rules`` that the database keeps for itself (conf/rulesdb): not part of the rule, so not
-validated; the change log keeps them with the rest of the row."""
+ATTRIBUTION_COLUMNS = ("changed_by", "approved_by", "change_reason", "proposal_id")
+"""Who wrote a version of a rule, who approved it, why, and from which proposal (conf/rulesdb/005_attribution.sql):
+the change log's ``changedBy``, ``approvedBy``, ``changeReason``, ``proposalId``; NULL: unattributed."""
+DATABASE_COLUMNS = frozenset({"updated_at", *ATTRIBUTION_COLUMNS})
+"""Columns of ``fraud_rules`` that are not part of the rule (the database's bookkeeping and the attribution):
+not validated as rule fields, so a change of the reason alone leaves the rule, and the engine's state, as they
+were; the change log keeps them with the rest of the row."""
 UNAVAILABLE = "__debezium_unavailable_value"
 """What Debezium's PostgreSQL connector sends for an unchanged value stored out of line (TOAST) when the table's
 REPLICA IDENTITY is DEFAULT: the value itself is not in the WAL record."""
@@ -42,6 +46,29 @@ class RawRecord:
 
     value: str | None
     offset: str
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """A change's author, approver, reason and proposal id (each None when the row did not say)."""
+
+    changed_by: str | None = None
+    approved_by: str | None = None
+    change_reason: str | None = None
+    proposal_id: int | None = None
+
+    @classmethod
+    def of(cls, row: dict[str, Any] | None) -> Attribution:
+        """From a ``fraud_rules`` row; values of another type than the column's are dropped, never guessed."""
+        row = row or {}
+        names = [_text_or_none(row.get(c)) for c in ATTRIBUTION_COLUMNS[:3]]
+        proposal = row.get("proposal_id")
+        valid_id = isinstance(proposal, int) and not isinstance(proposal, bool)
+        return cls(names[0], names[1], names[2], proposal if valid_id else None)
+
+
+def _text_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) and value != UNAVAILABLE else None
 
 
 @dataclass(frozen=True)
@@ -69,6 +96,11 @@ class ChangeEvent:
     def identity(self) -> tuple[int, str, str]:
         """Equal for duplicates (a redelivered event): rule, position, op."""
         return self.rule_id, self.position, self.op.value
+
+    @property
+    def attribution(self) -> Attribution:
+        """Who, who approved and why, from the row the event carries (``after``; a delete's ``before``)."""
+        return Attribution.of(self.after if self.after is not None else self.before)
 
     @property
     def before_json(self) -> str | None:

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rules_cdc.envelope import Op
-from rules_cdc.parse_events import ChangeEvent, row_json
+from rules_cdc.parse_events import Attribution, ChangeEvent, row_json
 from rules_cdc.rule_model import RuleState
 from rules_cdc.rule_rows import RULE_FIELDS, TRUNCATE_MARKER_ID, rule_to_row, tombstone_row
 from rules_cdc.source_position import change_key, kind_of
@@ -68,6 +68,7 @@ class LogEntry:
     before: str | None
     after: str | None
     resulting_state: str
+    attribution: Attribution = field(default_factory=Attribution)
 
 
 @dataclass(frozen=True)
@@ -198,7 +199,10 @@ def _truncate_entries(event: ChangeEvent, view: TableView) -> list[LogEntry]:
 
 
 def _entry(event: ChangeEvent, rule_id: int, before: str | None, state: str) -> LogEntry:
-    return LogEntry(rule_id, event.op.value, event.position, event.source_offset, before, event.after_json, state)
+    attribution = event.attribution if event.op is not Op.TRUNCATE else Attribution()
+    return LogEntry(
+        rule_id, event.op.value, event.position, event.source_offset, before, event.after_json, state, attribution
+    )
 
 
 def _same_kind(

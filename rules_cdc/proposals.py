@@ -28,7 +28,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pipelines.base.settings import TransactionSchema
 from rules_cdc.rule_model import Rule, RuleState, parse_rule
@@ -40,6 +40,7 @@ Status = Literal["pending", "approved", "rejected", "withdrawn"]
 STATUSES: tuple[Status, ...] = ("pending", "approved", "rejected", "withdrawn")
 MAX_NAME_CHARS = 128
 MAX_TEXT_CHARS = 1000
+_T = TypeVar("_T")
 Connect = Callable[[], Any]
 """Opens a psycopg connection (a context manager committing on success), e.g. ``connector(...)``."""
 
@@ -271,7 +272,7 @@ def _decide(connect: Connect, proposal_id: int, status: Status, who: str, note: 
     return _in_transaction(connect, run)
 
 
-def _in_transaction(connect: Connect, run: Callable[[Any], Any]) -> Any:
+def _in_transaction(connect: Connect, run: Callable[[Any], _T]) -> _T:
     """``run(cursor)`` in one transaction; database refusals become ``ProposalRefused``/``ProposalStale``."""
     import psycopg
     from psycopg import errors

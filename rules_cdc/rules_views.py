@@ -5,11 +5,13 @@ Example::
     rows = read_rules(spark, settings, as_of="3")            # the rules table at version 3
     rules_json(rows)                                           # live rules, camelCase, with their state
     rule_history(spark, settings, 2)                           # every applied change of rule 2, oldest first
+    rule_history(spark, settings, 7, at="2024-11-03")          # the change in force at the end of the 3rd: who, why
     display(rules_frame(spark, settings, include_tombstones=False))   # the live rules as a DataFrame
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 from collections.abc import Sequence
@@ -18,6 +20,7 @@ from typing import Any
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.window import Window
 
 from delta_tables.rule_changes import RULE_CHANGES
 from delta_tables.rules import RULES
@@ -86,27 +89,77 @@ def rules_table_text(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def history_frame(spark: SparkSession, settings: Settings, rule_ids: Sequence[int]) -> DataFrame:
-    """The rules' applied changes, per rule oldest first (by source position, then when they were applied)."""
+UNATTRIBUTED = "unattributed"
+"""How a change without an author shows (an edit typed in SQL that did not say who, a CLI event, a truncate)."""
+
+
+def history_frame(
+    spark: SparkSession, settings: Settings, rule_ids: Sequence[int] = (), *, at: str | None = None
+) -> DataFrame:
+    """The rules' applied changes (every rule's when ``rule_ids`` is empty), per rule oldest first (by source
+    position, then when they were applied), with ``changedBy`` null shown as ``"unattributed"``.
+
+    ``at`` (an ISO time, UTC, e.g. ``2024-11-03`` or ``2024-11-03T14:00:00``) keeps, per rule, only the change in
+    force then: the newest one applied to the lake at or before ``at`` ("who made rule 7 what it was on the
+    3rd"). Example::
+
+        display(history_frame(spark, settings, [7], at="2024-11-03T23:59:59"))
+    """
     frame = spark.read.format("delta").load(settings.table_path(RULE_CHANGES.name))
-    return frame.where(F.col("ruleId").isin(*rule_ids)).orderBy("ruleId", "sourcePosition", "appliedAt")
+    frame = frame.where(F.col("ruleId") != TRUNCATE_MARKER_ID)
+    if rule_ids:
+        frame = frame.where(F.col("ruleId").isin(*rule_ids))
+    frame = frame.withColumn("changedBy", F.coalesce(F.col("changedBy"), F.lit(UNATTRIBUTED)))
+    if at is not None:
+        frame = frame.where(F.col("appliedAt") <= F.lit(parse_at(at)))
+        newest = Window.partitionBy("ruleId").orderBy(F.col("sourcePosition").desc(), F.col("appliedAt").desc())
+        frame = frame.withColumn("_n", F.row_number().over(newest)).where(F.col("_n") == 1).drop("_n")
+    return frame.orderBy("ruleId", "sourcePosition", "appliedAt")
 
 
-def rule_history(spark: SparkSession, settings: Settings, rule_id: int) -> list[dict[str, Any]]:
-    """The rule's applied changes, oldest first (by source position, then when they were applied)."""
-    return [r.asDict(recursive=True) for r in history_frame(spark, settings, [rule_id]).collect()]
+def parse_at(text: str) -> dt.datetime:
+    """An ISO date or date-time (``Z`` or an offset allowed; naive is UTC) as a naive UTC datetime; a date alone
+    means the end of that day. Raises ``ValueError`` with the accepted forms."""
+    value = text.strip()
+    try:
+        if len(value) == 10:
+            return dt.datetime.combine(dt.date.fromisoformat(value), dt.time.max)
+        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(
+            f"--at {text!r}: expected an ISO date or time, e.g. 2024-11-03 or 2024-11-03T14:00:00Z"
+        ) from None
+    return parsed.astimezone(dt.UTC).replace(tzinfo=None) if parsed.tzinfo else parsed
+
+
+def rule_history(
+    spark: SparkSession, settings: Settings, rule_id: int | None = None, *, at: str | None = None
+) -> list[dict[str, Any]]:
+    """The rule's (every rule's when None) applied changes, oldest first; ``at`` as in ``history_frame``."""
+    ids = [] if rule_id is None else [rule_id]
+    return [r.asDict(recursive=True) for r in history_frame(spark, settings, ids, at=at).collect()]
 
 
 def history_text(rows: list[dict[str, Any]]) -> str:
-    lines = [f"{'appliedAt':<26}  op  {'resulting':<9}  {'version':>7}  {'position':<46}  after"]
+    """A plain-text table of change-log rows: when, what, who, who approved, why."""
+    lines = [
+        f"{'appliedAt':<26}  {'ruleId':>6}  op  {'resulting':<9}  {'version':>7}  {'changed by':<14}  "
+        f"{'approved by':<14}  {'reason':<30}  after"
+    ]
     for row in rows:
         after = row["after"] or "-"
+        version = row["rulesVersion"] if row["rulesVersion"] is not None else "-"
         lines.append(
-            f"{row['appliedAt']!s:<26}  {row['op']:<2}  {row['resultingState'] or '-':<9}  "
-            f"{row['rulesVersion'] if row['rulesVersion'] is not None else '-':>7}  {row['sourcePosition']:<46}  "
-            f"{after[:80]}"
+            f"{row['appliedAt']!s:<26}  {row['ruleId']:>6}  {row['op']:<2}  {row['resultingState'] or '-':<9}  "
+            f"{version:>7}  {_cell(row.get('changedBy') or UNATTRIBUTED, 14)}  {_cell(row.get('approvedBy'), 14)}  "
+            f"{_cell(row.get('changeReason'), 30)}  {after[:80]}"
         )
     return "\n".join(lines)
+
+
+def _cell(value: Any, width: int) -> str:
+    text = " ".join(str(value).split()) if value is not None else "-"
+    return (text if len(text) <= width else text[: width - 1] + "~").ljust(width)
 
 
 def to_json_text(value: Any) -> str:

@@ -5,22 +5,34 @@
     fraudlake rules apply FILE                     a JSON-lines file of record values, applied as one batch
     fraudlake rules run [--source files|kafka] [--once]   the streaming job (checkpoint per source)
     fraudlake rules list [--as-of VERSION|TIMESTAMP] [--json] [--all]
-    fraudlake rules history ID [--json]            applied changes, then the rule's refused (quarantined) ones
+    fraudlake rules history [ID] [--rule ID] [--at TIME] [--json]
+                                                   applied changes (who, approved by, why), then refused ones;
+                                                   --at: per rule, the change in force at TIME
     fraudlake rules rejected [--rule ID] [--json]  quarantined rule changes, newest first (stale ones included)
     fraudlake rules export [--output FILE]         EXPORT_RULES_CURRENT: the live rules as a JSON array
     fraudlake rules delete-all                     DELETE_RULES_ALL: a truncate event, applied at once
     fraudlake rules upsert FILE.json | pause ID | resume ID | delete ID  [--via auto|rulesdb|kafka]
                                                    to the rules database if one is configured, else the topic
     fraudlake rules backtest FILE.json [--from ISO] [--to ISO] [--output PATH]   alerts a candidate would have raised
+    fraudlake rules propose create|update FILE.json | pause|resume|delete ID --reason TEXT [--as-user NAME]
+    fraudlake rules proposals [--all] [--rule ID] [--json]      pending (or all) four-eyes proposals
+    fraudlake rules approve ID [--note TEXT] [--as-user NAME]   apply it (another person than its author)
+    fraudlake rules reject ID [--note TEXT] [--as-user NAME] | withdraw ID [--as-user NAME]
+
+Edits and proposals reach the rules database as ``fraudlake_console``: ``FRAUDLAKE_RULESDB_DSN`` when set, else
+conf's local database with the console role's password (``rulesdb_login``). The acting person is ``--as-user``,
+else the OS user.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import getpass
 import json
 import sys
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +44,22 @@ from pipelines.base.settings import Settings
 from pipelines.commands.context import settings_from, spark_from
 from pipelines.engine.backtest import alert_json_lines, backtest_per_day, backtest_rule, parse_instant_ms
 from pipelines.local.rules_database import RulesDb
+from pipelines.local.rulesdb_secrets import SecretError
 from rules_cdc.apply_changes import apply_parsed, apply_records, ensure_rules_tables, read_view
 from rules_cdc.manage import edit_rules
 from rules_cdc.parse_events import ParsedBatch, RawRecord
+from rules_cdc.proposals import (
+    KINDS,
+    Proposal,
+    ProposalRefused,
+    ProposalsUnavailable,
+    approve,
+    connector,
+    list_proposals,
+    propose,
+    reject,
+    withdraw,
+)
 from rules_cdc.publisher import PublishRefused, delete_all_event
 from rules_cdc.rejected_changes import pending_rejections, quarantined_changes, rejections_text
 from rules_cdc.rule_model import RuleValidationError, parse_rule
@@ -64,8 +89,10 @@ def register(subparsers: Any, parent: argparse.ArgumentParser) -> None:
     listing.add_argument("--as-of", dest="as_of", help="a rules-table version or a timestamp (UTC)")
     listing.add_argument("--json", action="store_true", help="a JSON array in the rules' camelCase vocabulary")
     listing.add_argument("--all", action="store_true", help="include tombstones (DELETED, DISABLED)")
-    history = actions.add_parser("history", parents=[parent], help="every applied change of one rule")
-    history.add_argument("rule_id", type=int)
+    history = actions.add_parser("history", parents=[parent], help="applied changes: who, approved by, why")
+    history.add_argument("rule_id", type=int, nargs="?", help="one rule's (same as --rule)")
+    history.add_argument("--rule", type=int, dest="rule", help="only this rule's (default: every rule's)")
+    history.add_argument("--at", help="per rule, only the change in force at this ISO time (UTC)")
     history.add_argument("--json", action="store_true")
     rejected = actions.add_parser("rejected", parents=[parent], help="quarantined rule changes, stale ones included")
     rejected.add_argument("--rule", type=int, dest="rule", help="only this rule's")
@@ -95,13 +122,39 @@ def register(subparsers: Any, parent: argparse.ArgumentParser) -> None:
     backtest.add_argument("--from", dest="from_", help="evaluate transactions from this ISO time (UTC) on")
     backtest.add_argument("--to", help="evaluate transactions before this ISO time (UTC)")
     backtest.add_argument("--output", type=Path, help="also write the alerts as JSON lines to this file")
+    _register_proposals(actions, parent)
     parser.set_defaults(handler=run_rules)
+
+
+def _register_proposals(actions: Any, parent: argparse.ArgumentParser) -> None:
+    as_user = argparse.ArgumentParser(add_help=False)
+    as_user.add_argument("--as-user", dest="as_user", help="who is acting (default: the OS user)")
+    propose_ = actions.add_parser(
+        "propose", parents=[parent, as_user], help="propose a change; it applies once another person approves"
+    )
+    propose_.add_argument("kind", choices=list(KINDS))
+    propose_.add_argument("target", help="create/update: a JSON rule file; pause/resume/delete: the rule id")
+    propose_.add_argument("--reason", required=True, help="why (kept with the change in the change log)")
+    proposals = actions.add_parser("proposals", parents=[parent], help="pending four-eyes proposals, newest first")
+    proposals.add_argument("--all", action="store_true", help="decided ones too")
+    proposals.add_argument("--rule", type=int, help="only this rule's")
+    proposals.add_argument("--json", action="store_true")
+    for name, what in (("approve", "approve and apply"), ("reject", "reject"), ("withdraw", "withdraw your own")):
+        decide = actions.add_parser(name, parents=[parent, as_user], help=f"{what} proposal ID")
+        decide.add_argument("proposal_id", type=int)
+        if name != "withdraw":
+            decide.add_argument("--note", default="", help="a note kept with the decision")
+
+
+PROPOSAL_ACTIONS = ("propose", "proposals", "approve", "reject", "withdraw")
 
 
 def run_rules(args: argparse.Namespace) -> int:
     settings = settings_from(args)
-    spark = spark_from(settings, f"rules-{args.action}")
     action: str = args.action
+    if action in PROPOSAL_ACTIONS:
+        return _proposals(args, settings)  # the rules database only: no Spark
+    spark = spark_from(settings, f"rules-{action}")
     if action in ("apply", "run", "delete-all", "upsert", "pause", "resume", "delete"):
         ensure_rules_tables(spark, settings)
     if action == "apply":
@@ -126,12 +179,7 @@ def run_rules(args: argparse.Namespace) -> int:
                 print(f"\n{rejected}")
         return 0
     if action == "history":
-        changes = rule_history(spark, settings, args.rule_id)
-        refused = [] if args.json else quarantined_changes(spark, settings, rule_id=args.rule_id)
-        print(to_json_text(changes) if args.json else history_text(changes))
-        if refused:
-            print(f"\n{rejections_text(refused, title=f'refused changes of rule {args.rule_id}')}")
-        return 0 if changes or refused else 1
+        return _history(args, spark, settings)
     if action == "rejected":
         found = quarantined_changes(spark, settings, rule_id=args.rule)
         if args.json:
@@ -150,6 +198,83 @@ def run_rules(args: argparse.Namespace) -> int:
     if action == "backtest":
         return _backtest(args, spark, settings)
     return _edit(args, spark, settings)
+
+
+def _history(args: argparse.Namespace, spark: SparkSession, settings: Settings) -> int:
+    """Applied changes (who, approved by, why; ``--at``: the one in force then), then one rule's refused ones."""
+    if args.rule_id is not None and args.rule is not None and args.rule_id != args.rule:
+        print(f"rules history: rule {args.rule_id} or rule {args.rule}?", file=sys.stderr)
+        return 2
+    rule_id = args.rule if args.rule is not None else args.rule_id
+    try:
+        changes = rule_history(spark, settings, rule_id, at=args.at)
+    except ValueError as error:
+        print(f"rules history: {error}", file=sys.stderr)
+        return 2
+    show_refused = not args.json and args.at is None and rule_id is not None
+    refused = quarantined_changes(spark, settings, rule_id=rule_id) if show_refused else []
+    print(to_json_text(changes) if args.json else history_text(changes))
+    if refused:
+        print(f"\n{rejections_text(refused, title=f'refused changes of rule {rule_id}')}")
+    return 0 if changes or refused else 1
+
+
+def _proposals(args: argparse.Namespace, settings: Settings) -> int:
+    """Four eyes through the rules database, as ``fraudlake_console``; the person is ``--as-user`` or the OS user."""
+    action: str = args.action
+    who = getattr(args, "as_user", None) or getpass.getuser()
+    try:
+        with rulesdb_login(settings) as conninfo:
+            if conninfo is None:
+                print(f"rules {action}: no rules database: set FRAUDLAKE_RULESDB_DSN or start conf's", file=sys.stderr)
+                return 2
+            connect = connector(conninfo)
+            if action == "propose":
+                made = _propose(args, settings, connect, who)
+                print(
+                    f"rules propose: proposal {made.id} ({made.kind} rule {made.rule_id}) by {who}, pending: "
+                    "another person approves it with `fraudlake rules approve {made.id}`"
+                )
+            elif action == "proposals":
+                found = list_proposals(connect, status=None if args.all else "pending", rule_id=args.rule)
+                print(to_json_text([p.as_json() for p in found]) if args.json else proposals_text(found))
+            elif action == "approve":
+                done = approve(connect, args.proposal_id, approver=who, note=args.note)
+                print(f"rules approve: proposal {args.proposal_id} approved by {who}: {done}; Debezium streams it")
+            elif action == "reject":
+                reject(connect, args.proposal_id, decided_by=who, note=args.note)
+                print(f"rules reject: proposal {args.proposal_id} rejected by {who}; no rule changed")
+            else:
+                withdraw(connect, args.proposal_id, by=who)
+                print(f"rules withdraw: proposal {args.proposal_id} withdrawn by {who}")
+    except (ProposalRefused, ProposalsUnavailable, RuleValidationError, SecretError, ValueError) as error:
+        print(f"rules {action}: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _propose(args: argparse.Namespace, settings: Settings, connect: Any, who: str) -> Proposal:
+    if args.kind in ("create", "update"):
+        raw = json.loads(Path(args.target).read_text())
+        rule = parse_rule(raw, settings.transaction_schema)
+        return propose(connect, args.kind, rule=rule, proposed_by=who, reason=args.reason)
+    if not args.target.isdigit():
+        raise ValueError(f"{args.kind} takes a rule id, got {args.target!r}")
+    return propose(connect, args.kind, rule_id=int(args.target), proposed_by=who, reason=args.reason)
+
+
+def proposals_text(found: list[Proposal]) -> str:
+    """A plain-text table of proposals, newest first."""
+    if not found:
+        return "no proposals"
+    lines = [f"{'id':>5}  {'status':<9}  {'kind':<6}  {'ruleId':>6}  {'by':<14}  {'created (UTC)':<19}  reason"]
+    for p in found:
+        decided = f"  [{p.decided_by}: {p.decision_note or '-'}]" if p.decided_by else ""
+        lines.append(
+            f"{p.id:>5}  {p.status:<9}  {p.kind:<6}  {p.rule_id:>6}  {p.proposed_by[:14]:<14}  "
+            f"{p.created_at:%Y-%m-%d %H:%M:%S}  {' '.join(p.reason.split())[:60]}{decided}"
+        )
+    return "\n".join(lines)
 
 
 def _backtest(args: argparse.Namespace, spark: SparkSession, settings: Settings) -> int:
@@ -186,7 +311,16 @@ def _edit(args: argparse.Namespace, spark: SparkSession, settings: Settings) -> 
         event = delete_all_event(read_view(spark, settings.table_path(RULES.name)))
         print(f"rules delete-all: {apply_parsed(spark, settings, ParsedBatch(events=[event])).summary()}")
         return 0
-    conninfo = rulesdb_conninfo(settings) if args.via != "kafka" else None
+    with ExitStack() as stack:
+        try:
+            conninfo = stack.enter_context(rulesdb_login(settings)) if args.via != "kafka" else None
+        except SecretError as error:
+            print(f"rules {args.action}: {error}", file=sys.stderr)
+            return 2
+        return _edit_with(args, spark, settings, conninfo)
+
+
+def _edit_with(args: argparse.Namespace, spark: SparkSession, settings: Settings, conninfo: str | None) -> int:
     if args.via == "rulesdb" and conninfo is None:
         print(f"rules {args.action}: no rules database: set FRAUDLAKE_RULESDB_DSN or start conf's", file=sys.stderr)
         return 2
@@ -215,18 +349,34 @@ def _edit(args: argparse.Namespace, spark: SparkSession, settings: Settings) -> 
     return 0
 
 
-def rulesdb_conninfo(settings: Settings) -> str | None:
-    """The rules database CLI edits go to: ``FRAUDLAKE_RULESDB_DSN``, else conf's local one when it runs; None when
-    neither. Built on ``RulesDb``'s public address (127.0.0.1, port, database, user); a password the server asks
-    for reaches libpq from the environment (``PGPASSWORD``/``PGPASSFILE``), never from a command line."""
+@contextmanager
+def rulesdb_login(settings: Settings) -> Iterator[str | None]:
+    """The rules database CLI edits and proposals go to, as a libpq connection string: ``FRAUDLAKE_RULESDB_DSN``
+    as given (its own login), else conf's local database when it runs, as the least-privilege ``fraudlake_console``
+    (never the bootstrap superuser); None when neither. The console role's password (its env variable or secret
+    file, ``RoleSecrets``) reaches libpq through a 0600 password file that lives only inside the block: it is in
+    neither the string nor a command line. Raises ``SecretError`` when the password is missing or exposed."""
     dsn = dsn_from_environment()
     if dsn:
-        return dsn
+        yield dsn
+        return
     db = RulesDb.from_settings(settings)
     try:
         running = db.running()
     except (SetupMissingError, OSError):
         running = False
     if not running:
-        return None
-    return f"host=127.0.0.1 port={db.effective_port()} dbname={db.database} user={db.user} connect_timeout=5"
+        yield None
+        return
+    from psycopg.conninfo import make_conninfo
+
+    role = db.role_name("console")
+    with db.secrets.pgpass(role, db.secrets.password("console")) as passfile:
+        yield make_conninfo(
+            host="127.0.0.1",
+            port=str(db.effective_port()),
+            dbname=db.database,
+            user=role,
+            passfile=str(passfile),
+            connect_timeout="5",
+        )
