@@ -32,7 +32,15 @@ from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.responses import JSONResponse, Response
 
-from pipelines.console import pages_alerts, pages_backtest, pages_health, pages_outcomes, pages_rules, pages_signin
+from pipelines.console import (
+    pages_alerts,
+    pages_backtest,
+    pages_health,
+    pages_outcomes,
+    pages_proposals,
+    pages_rules,
+    pages_signin,
+)
 from pipelines.console.auth import Auth, SignIn, csrf_guard
 from pipelines.console.blocking import PoolBusy, PoolTimeout
 from pipelines.console.context import STATIC, ConsoleContext, console_of
@@ -48,6 +56,7 @@ ROUTERS = [
     pages_outcomes.router,
     pages_health.router,
     pages_backtest.router,
+    pages_proposals.router,
 ]
 
 
