@@ -5,7 +5,8 @@ Real parts only: the session's PostgreSQL cluster (a database of this module's o
 Debezium connector of conf/connect/rules-postgres.properties, and KRaft broker; the rules CDC job and the engine
 run as continuous streaming queries in the session's Spark, as ``fraudlake rules run --source kafka`` and
 ``fraudlake run`` would. One connector, scenarios in sequence (each test starts from the state the one before
-left): the initial snapshot; inserts, updates, pause, disable, delete, two updates in one transaction; REPLICA
+left): the initial snapshot; inserts, updates, pause, disable, delete, two updates in one transaction; an approved
+proposal's author, approver and reason in the change log, a reason-only change, an unattributed SQL edit; REPLICA
 IDENTITY DEFAULT vs FULL; rows the database accepts and the model refuses; Connect killed mid-stream; the
 engine's rules pinned while Connect is down, and a SQL change in force from the next micro-batch, with its
 latency. Every wait polls with a deadline.
@@ -44,6 +45,7 @@ from pipelines.local.kafka_broker import KafkaBroker
 from pipelines.local.rules_database import RulesDb
 from rules_cdc.apply_changes import ensure_rules_tables
 from rules_cdc.parse_events import rule_columns
+from rules_cdc.proposals import approve, connector, propose
 from rules_cdc.rule_model import RuleValidationError, parse_rule
 from rules_cdc.rule_rows import TRUNCATE_MARKER_ID, rule_to_row
 from rules_cdc.streaming_job import start_rules_job
@@ -182,6 +184,50 @@ def test_insert_update_pause_disable_delete_and_a_transaction_reach_the_rules_ta
     assert rows[6]["limit"] is not None and rows[5]["limit"] is None  # DISABLED keeps its content, DELETED not
     # Both updates of one transaction, in commit order (the change log is appended right after the MERGE).
     wait_for("rule 4's two updates in the change log", lambda: history_limits(stack, 4)[-2:] == ["5", "6"])
+
+
+def test_who_approved_and_why_travel_to_the_change_log_and_a_sql_edit_is_unattributed(
+    stack: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db, schema = stack.db, stack.settings.transaction_schema
+    info = f"host=127.0.0.1 port={db.effective_port()} dbname={db.database} user={db.role_name('console')}"
+    connect = connector(info, password=db.secrets.password("console"))
+    row = rule_columns(db_rows(db)[3])
+    proposal = propose(
+        connect, "update", rule=parse_rule({**row, "limit_value": "17"}, schema), proposed_by="alice", reason="tune"
+    )
+    assert approve(connect, proposal.id, approver="bob", note="ok") == "updated rule 3"
+
+    def changes() -> list[dict[str, Any]]:
+        rows = (r for r in table_rows(stack.spark, stack.settings, "rule_changes") if r["ruleId"] == 3)
+        return sorted(rows, key=lambda r: r["sourcePosition"])
+
+    wait_for("the approved change in the change log", lambda: changes()[-1]["changedBy"] == "alice")
+    approved = changes()[-1]
+    assert (approved["approvedBy"], approved["changeReason"], approved["proposalId"]) == ("bob", "tune", proposal.id)
+    content_before = {k: lake(stack)[3][k] for k in CONTENT}
+    cut = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+
+    # The reason alone: logged with its new reason, the rule (what the engine evaluates and keys state on) unchanged.
+    db.sql("UPDATE fraud_rules SET change_reason = 'tune: the promo ended', changed_by = 'alice' WHERE rule_id = 3")
+    wait_for("the reason-only change logged", lambda: changes()[-1]["changeReason"] == "tune: the promo ended")
+    assert {k: lake(stack)[3][k] for k in CONTENT} == content_before
+    assert changes()[-1]["approvedBy"] is None  # not named by that statement: cleared, never inherited
+
+    # An edit typed in SQL that says nothing of who: unattributed, not alice's.
+    db.sql("UPDATE fraud_rules SET limit_value = 18 WHERE rule_id = 3")
+    wait_for("the SQL edit in the change log", lambda: history_limits(stack, 3)[-1] == "18")
+    assert (changes()[-1]["changedBy"], changes()[-1]["changeReason"]) == (None, None)
+
+    code, out = cli(capsys, stack.settings, stack.conf, "rules", "history", "--rule", "3")
+    assert code == 0
+    lines = [line for line in out.splitlines() if " 3  u " in line]
+    assert "alice" in lines[-3] and "bob" in lines[-3] and "tune" in lines[-3], out
+    assert "unattributed" in lines[-1] and "alice" not in lines[-1], out
+    # Who made rule 3 what it was at the cut: alice, approved by bob, one row.
+    code, out = cli(capsys, stack.settings, stack.conf, "rules", "history", "--rule", "3", "--at", cut.isoformat())
+    body = out.splitlines()[1:]
+    assert code == 0 and len(body) == 1 and "alice" in body[0] and "bob" in body[0], out
 
 
 def test_replica_identity_default_and_full_give_the_same_rules(stack: Stack) -> None:

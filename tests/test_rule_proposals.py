@@ -189,3 +189,5 @@ def test_a_sql_edit_that_does_not_name_the_attribution_columns_is_unattributed(d
         "WHERE rule_id = 2"
     )
     assert _row(db, 2)[1:5] == ["14", "erin", "-", "hotfix"]
+    db.sql("UPDATE fraud_rules SET change_reason = 'typo' WHERE rule_id = 2")  # the reason alone: erin is cleared
+    assert _row(db, 2)[1:5] == ["14", "-", "-", "typo"]

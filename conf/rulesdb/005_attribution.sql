@@ -12,8 +12,8 @@
 --   proposal_id    the rule_proposals row it came from (006_rule_proposals.sql); NULL for a direct edit
 --
 -- An edit typed in SQL that does not name these columns must not inherit the previous version's author: the
--- trigger pair below clears them on every UPDATE whose SET list names none of them (PostgreSQL's UPDATE OF fires
--- when a column is named, even with its old value, so naming them is the one way to keep or set them). An INSERT
+-- triggers below clear, on every UPDATE, each of them its SET list does not name (PostgreSQL's UPDATE OF fires when
+-- a column is named, even with its old value, so naming a column is the one way to keep or set it). An INSERT
 -- that does not give them leaves them NULL. Either way the change shows as "unattributed" in `rules history`.
 
 ALTER TABLE fraud_rules
@@ -35,34 +35,46 @@ ALTER TABLE fraud_rules
     ADD CONSTRAINT fraud_rules_change_reason_length CHECK (length(change_reason) <= 1000),
     ADD CONSTRAINT fraud_rules_four_eyes CHECK (approved_by IS NULL OR approved_by <> changed_by);
 
--- The pair runs per row, in name order: _1named only when the statement names an attribution column (it marks
--- the row's update in a transaction-local setting), _2clear on every update (it clears the columns unless marked,
--- and resets the mark for the next row).
+-- Per row, in name order: a _1named_<column> trigger fires only when the statement names that column (it marks it
+-- in a transaction-local setting), then _2clear on every update clears each column not marked, and resets the
+-- marks for the next row. So a statement that names only change_reason keeps the reason it sets and clears the
+-- approver: a reason fixed by its author was not approved by anyone.
 CREATE FUNCTION fraud_rules_attribution_named() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM set_config('fraudlake.attribution_named', 'on', true);
+    PERFORM set_config('fraudlake.named_' || TG_ARGV[0], 'on', true);
     RETURN NEW;
 END
 $$;
 
 CREATE FUNCTION fraud_rules_attribution_clear() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF coalesce(current_setting('fraudlake.attribution_named', true), '') <> 'on' THEN
+    IF coalesce(current_setting('fraudlake.named_changed_by', true), '') <> 'on' THEN
         NEW.changed_by := NULL;
+    END IF;
+    IF coalesce(current_setting('fraudlake.named_approved_by', true), '') <> 'on' THEN
         NEW.approved_by := NULL;
+    END IF;
+    IF coalesce(current_setting('fraudlake.named_change_reason', true), '') <> 'on' THEN
         NEW.change_reason := NULL;
+    END IF;
+    IF coalesce(current_setting('fraudlake.named_proposal_id', true), '') <> 'on' THEN
         NEW.proposal_id := NULL;
     END IF;
-    PERFORM set_config('fraudlake.attribution_named', '', true);
+    PERFORM set_config('fraudlake.named_changed_by', '', true), set_config('fraudlake.named_approved_by', '', true),
+            set_config('fraudlake.named_change_reason', '', true), set_config('fraudlake.named_proposal_id', '', true);
     RETURN NEW;
 END
 $$;
 
-CREATE TRIGGER fraud_rules_attribution_1named
-    BEFORE UPDATE OF changed_by, approved_by, change_reason, proposal_id ON fraud_rules
-    FOR EACH ROW EXECUTE FUNCTION fraud_rules_attribution_named();
-CREATE TRIGGER fraud_rules_attribution_2clear
-    BEFORE UPDATE ON fraud_rules
+CREATE TRIGGER fraud_rules_attribution_1named_approved_by BEFORE UPDATE OF approved_by ON fraud_rules
+    FOR EACH ROW EXECUTE FUNCTION fraud_rules_attribution_named('approved_by');
+CREATE TRIGGER fraud_rules_attribution_1named_change_reason BEFORE UPDATE OF change_reason ON fraud_rules
+    FOR EACH ROW EXECUTE FUNCTION fraud_rules_attribution_named('change_reason');
+CREATE TRIGGER fraud_rules_attribution_1named_changed_by BEFORE UPDATE OF changed_by ON fraud_rules
+    FOR EACH ROW EXECUTE FUNCTION fraud_rules_attribution_named('changed_by');
+CREATE TRIGGER fraud_rules_attribution_1named_proposal_id BEFORE UPDATE OF proposal_id ON fraud_rules
+    FOR EACH ROW EXECUTE FUNCTION fraud_rules_attribution_named('proposal_id');
+CREATE TRIGGER fraud_rules_attribution_2clear BEFORE UPDATE ON fraud_rules
     FOR EACH ROW EXECUTE FUNCTION fraud_rules_attribution_clear();
 
 COMMENT ON COLUMN fraud_rules.changed_by IS 'Who wrote this version; NULL: unattributed (a SQL edit that did not say)';
