@@ -39,6 +39,7 @@ from pipelines.console import (
     pages_outcomes,
     pages_proposals,
     pages_rules,
+    pages_shadow,
     pages_signin,
 )
 from pipelines.console.auth import Auth, SignIn, csrf_guard
@@ -54,6 +55,7 @@ ROUTERS = [
     pages_rules.router,
     pages_alerts.router,
     pages_outcomes.router,
+    pages_shadow.router,
     pages_health.router,
     pages_backtest.router,
     pages_proposals.router,

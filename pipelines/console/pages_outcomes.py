@@ -14,8 +14,11 @@ from starlette.responses import Response
 from pipelines.console import params
 from pipelines.console.auth import require, session_of
 from pipelines.console.context import console_of
+from pipelines.console.lake_reader import LakeReader
 from pipelines.console.outcomes_data import LABELS, AccuracyQuery, accuracy_report, mark_alert
+from pipelines.console.rules_data import rules_rows
 from pipelines.outcomes.dispositions import MAX_NOTE, DispositionError
+from rules_cdc.rule_model import RuleState
 
 router = APIRouter()
 ANALYST = Depends(require("analyst"))
@@ -50,10 +53,16 @@ def _query(request: Request) -> AccuracyQuery:
     )
 
 
+def shadow_rule_ids(reader: LakeReader) -> set[int]:
+    """The rules now in state SHADOW: the accuracy page labels them (their alerts were never acted on)."""
+    return {int(r["ruleId"]) for r in rules_rows(reader) if r["ruleState"] == RuleState.SHADOW.value}
+
+
 @router.get("/accuracy")
 async def accuracy_page(request: Request) -> Response:
     console = console_of(request)
     query = _query(request)  # BadParameter: 400 with the message (app.py)
     now = dt.datetime.now(dt.UTC)
     report = await console.lake.run(accuracy_report, console.spark, console.reader, query, now)
-    return console.page(request, "accuracy.html", report=report, query=query, now=now)
+    shadow = await console.lake.run(shadow_rule_ids, console.reader)
+    return console.page(request, "accuracy.html", report=report, query=query, now=now, shadow_rules=shadow)

@@ -23,7 +23,9 @@ from rules_cdc.rule_model import Aggregator, LimitOperator, Rule, parse_rule
 
 AGGREGATORS = tuple(a.value for a in Aggregator)
 OPERATORS = tuple(o.value for o in LimitOperator)
-STATES = ("ACTIVE", "PAUSED")
+STATES = ("ACTIVE", "PAUSED", "SHADOW")
+"""The states a person may choose: SHADOW releases a rule on trial (evaluated, its alerts recorded, never acted on).
+An edit form must offer a rule's own state, else the browser submits the first option and the edit would change it."""
 
 
 @dataclass(frozen=True)
