@@ -87,6 +87,7 @@ PAGES = [
     "/rules/1",
     "/rules/new",
     "/rules/1/edit",
+    "/rules/1/shadow",
     "/alerts",
     "/alerts/evidence?id=1:t1",
     "/health",
