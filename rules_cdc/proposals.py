@@ -212,6 +212,21 @@ def approve(connect: Connect, proposal_id: int, *, approver: str, note: str = ""
     return _in_transaction(connect, run)
 
 
+def approve_at(connect: Connect, proposal_id: int, *, approver: str, note: str = "") -> tuple[str, int]:
+    """``approve``, and the WAL insert position (bytes) read in the same transaction just before: the applied
+    change's CDC events sort at or after it, which is how the console's edit progress finds them."""
+    who, why = _name(approver, "the approver"), _text(note, "a note")
+
+    def run(cur: Any) -> tuple[str, int]:
+        cur.execute("SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint")
+        lsn_row = cur.fetchone()
+        cur.execute("SELECT approve_rule_proposal(%s, %s, %s)", (proposal_id, who, why))
+        row = cur.fetchone()
+        return (str(row[0]) if row else "", int(lsn_row[0]) if lsn_row else 0)
+
+    return _in_transaction(connect, run)
+
+
 def reject(connect: Connect, proposal_id: int, *, decided_by: str, note: str = "") -> Proposal:
     """Reject a pending proposal (by someone other than its author: the database refuses the author); the rule is
     not touched."""

@@ -1,6 +1,7 @@
 """Sign-in and CSRF in the real browser (Debian's Chromium via Playwright): a page of another origin that auto-submits
 a form to the console (the attack of issue 22: a cross-site POST to /rules/1/delete) is refused and the rule stays in
-PostgreSQL, while the same request from the console's own page, with its token, deletes it. One browser and one
+PostgreSQL, while the same request from the console's own page, with its token, is taken (as a proposal to delete it:
+four eyes). One browser and one
 console for the module; the rules database is the session's real PostgreSQL.
 
     .venv/bin/python -m pytest -p no:xdist -q tests/test_console_signin_browser.py
@@ -46,7 +47,7 @@ def site(
     settings = base_settings.with_lakehouse(str(tmp_path_factory.mktemp("console-signin-browser") / "lakehouse"))
     init_lakehouse(spark, settings)
     db = own_database(rulesdb, "fraudlake_console_signin")
-    db.sql(f"DELETE FROM fraud_rules WHERE rule_id = {RULE}")
+    db.sql(f"DELETE FROM fraud_rules WHERE rule_id = {RULE}; DELETE FROM rule_proposals WHERE rule_id = {RULE}")
     writer = RulesDbWriter.for_database(db)
     writer.write("create", rule_id=RULE, rule=make_rule(RULE), view=TableView())
     with running_console(settings, writer=writer, spark=lambda: spark) as (server, _):
@@ -107,7 +108,7 @@ def sign_in(page: Page, name: str) -> None:
     page.wait_for_load_state()
 
 
-def test_sign_in_then_a_cross_origin_form_is_refused_and_the_own_page_may_delete(
+def test_sign_in_then_a_cross_origin_form_is_refused_and_the_own_page_may_propose_a_delete(
     site: Site, attacker: str, browser: BrowserContext
 ) -> None:
     page = browser.new_page()
@@ -124,8 +125,15 @@ def test_sign_in_then_a_cross_origin_form_is_refused_and_the_own_page_may_delete
     assert "it was sent from another origin" in (page.text_content("#error-message") or "")
     assert site.rule_state() == "ACTIVE", "the cross-origin form deleted the rule"
 
-    # The same request from the console's own page, with its token (console.js's fraudlakeFetch): it deletes.
+    # The same request from the console's own page, with its token (console.js's fraudlakeFetch): it is taken, as
+    # a proposal to delete (four eyes: the rule stays until another person approves it).
     page.goto(site.console + "/health")
-    status = page.evaluate(f"fraudlakeFetch('/rules/{RULE}/delete', {{method: 'POST'}}).then(r => r.status)")
-    assert status == 200 and site.rule_state() == "gone"
+    script = (
+        f"fraudlakeFetch('/rules/{RULE}/delete', {{method: 'POST', body: new URLSearchParams({{reason: 'retired'}})}})"
+        ".then(r => [r.status, r.url])"
+    )
+    status, landed = page.evaluate(script)
+    assert status == 200 and "/proposals/" in landed and site.rule_state() == "ACTIVE"
+    pending = site.db.sql(f"SELECT kind, proposed_by FROM rule_proposals WHERE rule_id = {RULE} AND status = 'pending'")
+    assert pending.strip() == "delete|ada"
     page.close()

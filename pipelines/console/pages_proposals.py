@@ -2,7 +2,8 @@
 same range), and approve/reject for approvers.
 
 A proposal lives in the rules database (``rule_proposals``, ``rules_cdc.proposals``); approval applies it there in
-one transaction, and Debezium carries the change, with its author, approver and reason, to the lakehouse. The
+one transaction, and Debezium carries the change, with its author, approver and reason, to the lakehouse: an approval
+answers with the edit-progress page (``edit_progress``), which follows the applied change as it follows any edit. The
 person acting is the signed-in user (``acting_user``: the one place that reads it); approving and rejecting need the
 ``approver`` role (``auth.require``), and the rules database refuses an author deciding their own proposal whatever
 the role. Every form carries the session's CSRF token (``csrf_token``, as the other pages' forms do).
@@ -22,13 +23,13 @@ from pipelines.console import params
 from pipelines.console.auth import require, session_of
 from pipelines.console.backtest_jobs import BacktestJob, BacktestQueueFull, backtest_range
 from pipelines.console.context import ConsoleContext, console_of
-from pipelines.console.rule_writes import RulesDbWriter
+from pipelines.console.rule_writes import RulesDbWriter, approved_edit
 from rules_cdc.proposals import (
     Connect,
     Proposal,
     ProposalRefused,
     ProposalsUnavailable,
-    approve,
+    approve_at,
     diff_rows,
     get_proposal,
     list_proposals,
@@ -127,6 +128,7 @@ async def proposal_page(request: Request, proposal_id: str) -> Response:
         proposed_job=console.backtests.get(proposed_job) if proposed_job else None,
         comparison=comparison,
         error=request.query_params.get("error"),
+        submitted=request.query_params.get("submitted") == "1",
         may_decide=me is not None and me.role in ("approver", "admin") and me.user != data["proposal"].proposed_by,
     )
 
@@ -160,7 +162,11 @@ async def _decide(request: Request, proposal_id: str, decision: str) -> Response
     connect = proposals_connect(console)
     try:
         if decision == "approve":
-            await console.writes.run(approve, connect, number, approver=who, note=note)
+            proposal = await console.writes.run(get_proposal, connect, number)
+            done, lsn = await console.writes.run(approve_at, connect, number, approver=who, note=note)
+            # Applied: from here the change travels as any edit does; the edit page follows it to the engine.
+            committed = approved_edit(proposal.kind, proposal.rule_id, lsn, f"approved proposal {number}: {done}")
+            return RedirectResponse(f"/edits/{console.edits.add(committed).id}", status_code=303)
         else:
             await console.writes.run(reject, connect, number, decided_by=who, note=note)
     except ProposalRefused as error:

@@ -1,5 +1,11 @@
 """The rules pages: the rules in force and the tombstones, one rule with its history, the form, edits' progress.
 
+Four eyes: where the console writes to the rules database, a create, edit, pause, resume or delete is a *proposal*
+(``rules_cdc.proposals``, with the signed-in user as its author and a required reason); the page after it is the
+proposal, pending until another person with the approver role approves it (pages_proposals.py), and only then does
+``fraud_rules`` change. Where there is no rules database (the rules topic, a development set-up without
+PostgreSQL) there is nowhere to keep a proposal, and the edit is published directly as before.
+
 Path parameters are parsed first (``params``: 400 with a message, then 404 for an id nothing has); lakehouse reads
 run on the console's lake pool and edits on its write pool (``blocking``), never on the event loop: a save waiting
 on a locked row delays only itself."""
@@ -20,9 +26,11 @@ from pipelines.console.auth import require
 from pipelines.console.blocking import PoolBusy, PoolTimeout
 from pipelines.console.context import ConsoleContext, console_of
 from pipelines.console.edit_progress import EditRecord, edit_progress
+from pipelines.console.pages_proposals import acting_user, proposals_connect
 from pipelines.console.rule_form import AGGREGATORS, OPERATORS, STATES, RuleFormValues
-from pipelines.console.rule_writes import Action, Committed, EditRefused, WriteFailed
+from pipelines.console.rule_writes import Action, Committed, EditRefused, RulesDbWriter, WriteFailed
 from pipelines.console.rules_data import RuleEntry, rule_entry, rule_history, rules_overview, table_view
+from rules_cdc.proposals import Proposal, ProposalRefused, ProposalsUnavailable, propose
 from rules_cdc.rule_model import COUNT_FIELD, Rule, RuleValidationError
 
 router = APIRouter()
@@ -54,10 +62,19 @@ async def new_rule_form(request: Request) -> Response:
     return console.page(request, "rule_form.html", values=RuleFormValues(), mode="create", **form_choices(console))
 
 
+def proposing(console: ConsoleContext) -> bool:
+    """Changes are proposals wherever the console writes to the rules database (where proposals live)."""
+    return isinstance(console.writer, RulesDbWriter)
+
+
+def _reason(form: Any) -> str:
+    return str(form.get("reason", "") or "")
+
+
 @router.post("/rules/new", dependencies=[ANALYST])
 async def create_rule(request: Request) -> Response:
-    values = RuleFormValues.from_form(await request.form())
-    return await submit_rule(request, values, "create")
+    form = await request.form()
+    return await submit_rule(request, RuleFormValues.from_form(form), "create", reason=_reason(form))
 
 
 def _rule_page_data(console: ConsoleContext, rule_id: int) -> dict[str, Any]:
@@ -96,8 +113,9 @@ async def edit_rule_form(request: Request, rule_id: str) -> Response:
 @router.post("/rules/{rule_id}/edit", dependencies=[ANALYST])
 async def update_rule(request: Request, rule_id: str) -> Response:
     checked = params.rule_id(rule_id, "the rule id")
-    values = RuleFormValues.from_form(await request.form()).with_rule_id(str(checked))
-    return await submit_rule(request, values, "update")
+    form = await request.form()
+    values = RuleFormValues.from_form(form).with_rule_id(str(checked))
+    return await submit_rule(request, values, "update", reason=_reason(form))
 
 
 @router.post("/rules/{rule_id}/{action}", dependencies=[ANALYST])
@@ -108,14 +126,26 @@ async def rule_action(request: Request, rule_id: str, action: str) -> Response:
     number = params.rule_id(rule_id, "the rule id")
     console = console_of(request)
     try:
+        if proposing(console):
+            proposal = await _propose(request, console, checked, number, None, _reason(await request.form()))
+            return RedirectResponse(f"/proposals/{proposal.id}?submitted=1", status_code=303)
         committed = await _write(console, checked, number, None)
-    except (EditRefused, WriteFailed, PoolBusy, PoolTimeout) as error:
-        status = 409 if isinstance(error, EditRefused | WriteFailed) else _status(error)
-        return console.page(
-            request, "error.html", status, title=f"Could not {action} rule {number}", message=str(error)
-        )
+    except (EditRefused, WriteFailed, ProposalRefused, ProposalsUnavailable, PoolBusy, PoolTimeout) as error:
+        status = 409 if isinstance(error, EditRefused | WriteFailed | ProposalRefused) else _status(error)
+        verb = f"propose to {action}" if proposing(console) else action
+        return console.page(request, "error.html", status, title=f"Could not {verb} rule {number}", message=str(error))
     record = console.edits.add(committed)
     return RedirectResponse(f"/edits/{record.id}", status_code=303)
+
+
+async def _propose(
+    request: Request, console: ConsoleContext, kind: Action, rule_id: int, rule: Rule | None, reason: str
+) -> Proposal:
+    """A pending proposal of the signed-in user, on the write pool (the rules database's own login)."""
+    author, connect = acting_user(request), proposals_connect(console)
+    return await console.writes.run(
+        propose, connect, kind, proposed_by=author, reason=reason, rule=rule, rule_id=rule_id
+    )
 
 
 async def _write(console: ConsoleContext, action: Action, rule_id: int, rule: Rule | None) -> Committed:
@@ -125,11 +155,12 @@ async def _write(console: ConsoleContext, action: Action, rule_id: int, rule: Ru
 
 
 def _status(error: Exception) -> int:
-    return 504 if isinstance(error, PoolTimeout) else 503
+    return 504 if isinstance(error, PoolTimeout) else 503 if isinstance(error, PoolBusy | ProposalsUnavailable) else 409
 
 
-async def submit_rule(request: Request, values: RuleFormValues, action: Action) -> Response:
-    """Validate with the rule model; refuse in the form with its message, else write and show the progress."""
+async def submit_rule(request: Request, values: RuleFormValues, action: Action, *, reason: str = "") -> Response:
+    """Validate with the rule model; refuse in the form with its message, else propose it (rules database) or write
+    it (rules topic) and show the proposal or the edit's progress."""
     console = console_of(request)
     status, problem = 422, None
     try:
@@ -138,16 +169,26 @@ async def submit_rule(request: Request, values: RuleFormValues, action: Action) 
         problem = error.reason
     if problem is None:
         try:
+            if proposing(console):
+                proposal = await _propose(request, console, action, rule.rule_id, rule, reason)
+                return RedirectResponse(f"/proposals/{proposal.id}?submitted=1", status_code=303)
             committed = await _write(console, action, rule.rule_id, rule)
-        except (EditRefused, WriteFailed) as error:
+        except (EditRefused, WriteFailed, ProposalRefused) as error:
             problem = str(error)
-        except (PoolBusy, PoolTimeout) as error:
+        except (PoolBusy, PoolTimeout, ProposalsUnavailable) as error:
             status, problem = _status(error), str(error)
         else:
             record = console.edits.add(committed)
             return RedirectResponse(f"/edits/{record.id}", status_code=303)
     return console.page(
-        request, "rule_form.html", status, values=values, mode=action, error=problem, **form_choices(console)
+        request,
+        "rule_form.html",
+        status,
+        values=values,
+        mode=action,
+        error=problem,
+        reason=reason,
+        **form_choices(console),
     )
 
 

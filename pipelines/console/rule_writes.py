@@ -65,6 +65,22 @@ class Committed:
     detail: str
 
 
+def floor_of_lsn(lsn: int) -> str:
+    """The position floor of a change written after WAL insert position ``lsn``: its events' ``pg:`` positions sort
+    at or after it, whatever their commit LSN.
+
+    >>> floor_of_lsn(42)
+    'pg:00000000000000000042:'
+    """
+    return pg_position(lsn, 0).rsplit(":", 1)[0] + ":"
+
+
+def approved_edit(kind: Action, rule_id: int, lsn: int, detail: str) -> Committed:
+    """An approved proposal as the edit the console follows (``edit_progress``): applied by the rules database's
+    ``approve_rule_proposal`` after WAL position ``lsn``."""
+    return Committed(kind, rule_id, "rulesdb", floor_of_lsn(lsn), _now(), detail)
+
+
 class RuleWriter(Protocol):
     mode: WriteMode
 
@@ -167,7 +183,7 @@ class RulesDbWriter:
             with self._connect() as conn, conn.cursor() as cur:
                 cur.execute("SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint")
                 lsn_row = cur.fetchone()
-                floor = pg_position(int(lsn_row[0]) if lsn_row else 0, 0).rsplit(":", 1)[0] + ":"
+                floor = floor_of_lsn(int(lsn_row[0]) if lsn_row else 0)
                 detail = self._apply(cur, action, rule_id, rule, view)
         except psycopg.errors.LockNotAvailable:
             raise WriteFailed(
