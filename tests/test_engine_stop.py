@@ -97,10 +97,14 @@ class Engine:
             time.sleep(0.5)
         raise AssertionError(f"no line {prefix!r} within {timeout_s:.0f} s:\n" + "\n".join(self.lines[-40:]))
 
-    def stop(self) -> tuple[int, float]:
-        """SIGTERM; the exit code and the seconds from the signal to the process's exit."""
+    def stop(self, *, group: bool = False) -> tuple[int, float]:
+        """SIGTERM to the process (or to its whole group, the Spark JVM included, as a service manager's stop or a
+        terminal's signal does); the exit code and the seconds from the signal to the process's exit."""
         signalled = time.monotonic()
-        self.process.send_signal(signal.SIGTERM)
+        if group:
+            os.killpg(self.process.pid, signal.SIGTERM)
+        else:
+            self.process.send_signal(signal.SIGTERM)
         try:
             code = self.process.wait(timeout=BOUND_SECONDS + 120)
         except subprocess.TimeoutExpired:
@@ -153,7 +157,7 @@ def test_sigterm_on_an_engine_that_is_behind(
     engine = Engine(settings, conf, "--input", str(landing), "--max-files-per-trigger", "1")
     try:
         engine.wait_for_line("batch 1:", timeout_s=600)  # running back to back
-        code, seconds = engine.stop()
+        code, seconds = engine.stop(group=True)  # the JVM gets it too: it must not die under the graceful stop
     finally:
         engine.reap()
     done = [line for line in engine.lines if line.startswith("batch ")]

@@ -9,6 +9,8 @@ Example::
 from __future__ import annotations
 
 import os
+import signal
+import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
@@ -61,9 +63,30 @@ def get_spark(settings: Settings, app_name: str = "fraudlake") -> SparkSession:
         builder = builder.master(settings.spark.master)
     for key, value in local_spark_conf(settings).items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    with _jvm_ignores_stop_signals():
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+@contextmanager
+def _jvm_ignores_stop_signals() -> Iterator[None]:
+    """Start the driver JVM (if this call starts it) with SIGTERM and SIGHUP ignored.
+
+    The JVM is a child in this process's group: a SIGTERM to the group (a service manager's stop, ``kill -- -PGID``)
+    would otherwise kill it at once, under the engine's graceful stop, which needs it to finish the micro-batch in
+    flight. An ignored signal stays ignored across exec, and the JVM installs no shutdown handler for a signal it
+    starts with ignored. The JVM still ends with this process: PySpark's gateway exits when its stdin (a pipe from
+    here) closes. SIGINT is already ignored by PySpark's launcher for the same reason."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal dispositions can only be changed from the main thread
+        return
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 @contextmanager
