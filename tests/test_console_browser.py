@@ -1,11 +1,12 @@
 """The analysts' console in a real browser (issue 15): Debian's Chromium, headless, driven by Playwright.
 
-One end-to-end test on the real path: a rule created in the console's form is committed to PostgreSQL, streamed by
-Debezium (Kafka Connect) to the rules topic, MERGEd into the Delta rules table by the rules CDC job, used by the
-engine's next micro-batch; its alert appears in the live list without a reload, and its evidence recomputes the
-alert's value from bronze. A backtest of a variant is published as a new rule; a pause travels the same way. Small
-page tests: form validation, an unknown rule, a lakehouse without tables, a stopped engine. One browser for the
-module; every wait is bounded.
+One end-to-end test on the real path: a rule created in the console's form is proposed by an analyst (four eyes: a
+pending row of rule_proposals, fraud_rules untouched), approved by an approver, which commits it to PostgreSQL,
+streamed by Debezium (Kafka Connect) to the rules topic, MERGEd into the Delta rules table by the rules CDC job,
+used by the engine's next micro-batch; its alert appears in the live list without a reload, and its evidence
+recomputes the alert's value from bronze. A backtest of a variant is proposed as a new rule and approved; a pause
+travels the same way. Small page tests: form validation, an unknown rule, a lakehouse without tables, a stopped
+engine. One browser for the module; every wait is bounded.
 
     make test PYTEST_ARGS="tests/test_console_browser.py -x -q"          # WRITE_CONSOLE_SCREENSHOTS=1: docs/console/
 """
@@ -107,17 +108,34 @@ def stack(
             rules_job.stop()
 
 
-def visit(page: Page, url: str) -> Any:
-    """``page.goto``, signing in as the analyst ana first when the console asks (each console has its own sessions;
-    consoles of this module share 127.0.0.1, so their cookies replace each other)."""
+def visit(page: Page, url: str, user: str = "ana") -> Any:
+    """``page.goto``, signing in as ``user`` (the analyst ana) first when the console asks (each console has its own
+    sessions; consoles of this module share 127.0.0.1, so their cookies replace each other)."""
     response = page.goto(url)
     if page.url.split("?")[0].endswith("/login"):
-        page.fill("#f-username", "ana")
+        page.fill("#f-username", user)
         page.fill("#f-password", PASSWORD)
         page.click("#sign-in")
         page.wait_for_load_state()
         response = page.goto(url)
     return response
+
+
+def become(page: Page, url: str, user: str) -> None:
+    """Sign out whoever is signed in, then open ``url`` as ``user``."""
+    if page.locator("#sign-out").count():
+        page.click("#sign-out")
+        page.wait_for_load_state()
+    visit(page, url, user)
+    assert page.locator("#me-name").inner_text() == user
+
+
+def approve_as(page: Page, user: str, note: str) -> None:
+    """The page shows a pending proposal: open it as ``user`` (an approver), approve, land on the edit's progress."""
+    become(page, page.url.split("?")[0], user)
+    page.fill("#approve-form input[name=note]", note)
+    page.click("#approve")
+    page.wait_for_url("**/edits/*")
 
 
 def db_rule(db: RulesDb, rule_id: int) -> dict[str, Any] | None:
@@ -172,7 +190,7 @@ def test_a_rule_from_the_form_reaches_the_engine_and_its_alert_explains_itself(
         "limit": "100",
         "windowMinutes": "0",
     }
-    fill_rule(page, **typed)
+    fill_rule(page, **typed, reason="bursts of one payer")
     page.click("#save-rule")
     refusal = page.locator("#form-error").inner_text()
     with pytest.raises(RuleValidationError) as model:
@@ -182,11 +200,24 @@ def test_a_rule_from_the_form_reaches_the_engine_and_its_alert_explains_itself(
     assert db_rule(stack.db, RULE_ID) is None  # nothing written
     shots.take(page, "rule-form-refused")
 
-    # 2. Fixed, it is committed to PostgreSQL, then applied to the Delta rules table by the CDC path.
+    # 2. Fixed, it is a pending proposal of ana: nothing in fraud_rules yet, and no decision offered to its author.
     fill_rule(page, windowMinutes="10")
     page.click("#save-rule")
-    page.wait_for_url("**/edits/*")
-    assert db_rule(stack.db, RULE_ID)["limit_value"] == 100
+    page.wait_for_url("**/proposals/*")
+    assert page.locator("#proposal-status").inner_text() == "pending" and page.locator("#proposal-submitted").count()
+    assert page.locator("#approve").count() == 0 and db_rule(stack.db, RULE_ID) is None
+    shots.take(page, "proposal-pending")
+
+    # 3. The approver abe sees the diff and approves: committed to PostgreSQL with its author, approver and reason,
+    # then applied to the Delta rules table by the CDC path.
+    become(page, page.url.split("?")[0], "abe")
+    assert "limit_value" in page.locator("#proposal-diff").inner_text()
+    shots.take(page, "proposal-approve")
+    approve_as(page, "abe", "window and limit checked")
+    committed = db_rule(stack.db, RULE_ID)
+    assert committed is not None and committed["limit_value"] == 100
+    assert (committed["changed_by"], committed["approved_by"]) == ("ana", "abe")
+    assert committed["change_reason"] == "bursts of one payer"
     applied = wait_step(page, "applied")
     rules = stack.spark.read.format("delta").load(stack.settings.table_path("rules"))
     row = rules.where(F.col("ruleId") == RULE_ID).first()
@@ -195,6 +226,8 @@ def test_a_rule_from_the_form_reaches_the_engine_and_its_alert_explains_itself(
     changes = stack.spark.read.format("delta").load(stack.settings.table_path("rule_changes"))
     version = changes.where(F.col("ruleId") == RULE_ID).agg(F.max("rulesVersion")).first()[0]
     assert f"rules table v{version}" in applied
+    attributed = changes.where(F.col("ruleId") == RULE_ID).select("changedBy", "approvedBy").first()
+    assert (attributed["changedBy"], attributed["approvedBy"]) == ("ana", "abe")  # Debezium carried the names
     edit_url = page.url
 
     # 3. The live list is open; transactions arrive and the engine runs: the alert appears without a reload.
@@ -281,14 +314,22 @@ def test_a_backtested_variant_is_published_and_a_pause_travels_the_same_path(
     page.go_back()
 
     page.fill("#publish-ruleId", "902")
+    page.fill("#publish-reason", "limit 150 keeps the biggest burst")
     page.click("#publish-rule")
-    page.wait_for_url("**/edits/*")
+    page.wait_for_url("**/proposals/*")
+    assert db_rule(stack.db, 902) is None
+    proposer = page.locator("#me-name").inner_text()
+    approve_as(page, "ada" if proposer != "ada" else "abe", "backtest seen")
     assert db_rule(stack.db, 902)["limit_value"] == 150
     assert "ACTIVE" in wait_step(page, "applied")
 
     visit(page, stack.url(f"/rules/{RULE_ID}"))
+    page.fill("#pause-reason", "paused while the variant runs")
     page.click("#pause-rule")
-    page.wait_for_url("**/edits/*")
+    page.wait_for_url("**/proposals/*")
+    assert db_rule(stack.db, RULE_ID)["rule_state"] == "ACTIVE"
+    proposer = page.locator("#me-name").inner_text()
+    approve_as(page, "abe" if proposer != "abe" else "ada", "fine")
     assert db_rule(stack.db, RULE_ID)["rule_state"] == "PAUSED"
     assert "PAUSED" in wait_step(page, "applied")
     visit(page, stack.url(f"/rules/{RULE_ID}"))
