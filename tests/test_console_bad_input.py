@@ -19,7 +19,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from console_support import fetch, running_console
+from console_support import fetch, running_console, visitor
 from debezium_support import own_database
 from engine_fixtures import make_rule
 from polling import wait_for
@@ -31,6 +31,7 @@ from pipelines.console.rule_form import RuleFormValues
 from pipelines.console.rule_writes import RulesDbWriter, TopicWriter
 from pipelines.local.rules_database import RulesDb
 from rules_cdc.plan_changes import TableView
+from rules_cdc.proposals import propose
 
 UNKNOWN_TOKEN = "0123456789ab"  # well-formed edit / backtest id that nothing has
 
@@ -140,14 +141,16 @@ def _writer_and_admin(db: RulesDb) -> tuple[RulesDbWriter, dict[str, Any]]:
 def test_a_save_waiting_on_a_locked_row_delays_only_itself(
     rulesdb: RulesDb, lakehouse: Settings, spark: SparkSession
 ) -> None:
-    """A real row lock held by another transaction while a save of that rule is posted: the save waits (on the
-    console's write pool), and the pages go on answering within a second."""
+    """A real row lock held by another transaction while the approval of a change of that rule is posted (four eyes:
+    approving is what writes fraud_rules): it waits (on the console's write pool), and the pages go on answering
+    within a second."""
     db = own_database(rulesdb, "fraudlake_console_locks")
     writer, admin = _writer_and_admin(db)
     rule = make_rule(77)
     db.sql("DELETE FROM fraud_rules WHERE rule_id = 77")
     writer.write("create", rule_id=77, rule=rule, view=TableView())
-    form = {k: v for k, v in RuleFormValues.from_rule(rule.to_json_dict()).__dict__.items()} | {"limit": "555"}
+    db.sql("DELETE FROM rule_proposals WHERE rule_id = 77")
+    raised = propose(writer._connect, "update", rule=make_rule(77, limit=555), proposed_by="ana", reason="higher")
     outcome: dict[str, tuple[int, str, Message]] = {}
 
     with running_console(lakehouse, writer=writer, spark=lambda: spark) as (server, _):
@@ -157,7 +160,8 @@ def test_a_save_waiting_on_a_locked_row_delays_only_itself(
             holder.execute("SELECT 1 FROM fraud_rules WHERE rule_id = 77 FOR UPDATE")  # held until rollback
 
             def save() -> None:
-                outcome["save"] = fetch(server.url + "/rules/77/edit", form=form, timeout=120)
+                approver = visitor(server.url, "abe")
+                outcome["save"] = approver.fetch(f"/proposals/{raised.id}/approve", form={"note": "ok"}, timeout=120)
 
             saving = threading.Thread(target=save, name="console-save")
             saving.start()
@@ -179,14 +183,14 @@ def test_a_save_waiting_on_a_locked_row_delays_only_itself(
         saving.join(60)
         assert not saving.is_alive()
     # The save then went through, or (a lock_timeout on the console's connection ends the wait sooner) it was
-    # refused in the form with the database's reason; either way the person reads what happened.
+    # refused with the database's reason; either way the person reads what happened.
     status, text, _ = outcome["save"]
     assert "Traceback" not in text
     if status == 200:
         assert 'id="step-committed"' in text
         assert db.sql("SELECT limit_value FROM fraud_rules WHERE rule_id = 77").strip() == "555"
     else:
-        assert status in (409, 422, 504) and 'id="form-error"' in text, (status, text[:2000])
+        assert status in (409, 504) and 'id="error-message"' in text, (status, text[:2000])
 
 
 def test_the_backtest_queue_refuses_beyond_its_bound_and_a_backtest_beyond_its_range(lakehouse: Settings) -> None:
