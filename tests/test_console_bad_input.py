@@ -30,7 +30,6 @@ from pipelines.base.settings import Settings
 from pipelines.console.rule_form import RuleFormValues
 from pipelines.console.rule_writes import RulesDbWriter, TopicWriter
 from pipelines.local.rules_database import RulesDb
-from rules_cdc.plan_changes import TableView
 from rules_cdc.proposals import propose
 
 UNKNOWN_TOKEN = "0123456789ab"  # well-formed edit / backtest id that nothing has
@@ -148,7 +147,7 @@ def test_a_save_waiting_on_a_locked_row_delays_only_itself(
     writer, admin = _writer_and_admin(db)
     rule = make_rule(77)
     db.sql("DELETE FROM fraud_rules WHERE rule_id = 77")
-    writer.write("create", rule_id=77, rule=rule, view=TableView())
+    db.upsert_rules([rule])  # set-up as the superuser: the console role may not write fraud_rules
     db.sql("DELETE FROM rule_proposals WHERE rule_id = 77")
     raised = propose(writer._connect, "update", rule=make_rule(77, limit=555), proposed_by="ana", reason="higher")
     outcome: dict[str, tuple[int, str, Message]] = {}

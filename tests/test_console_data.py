@@ -176,7 +176,7 @@ def test_the_evidence_recomputes_every_alert_of_the_reference_evaluator(
 
 def test_edits_to_the_rules_database_are_parameterized_and_refused_when_they_cannot_apply(rulesdb: RulesDb) -> None:
     db = own_database(rulesdb, "fraudlake_console_writes")
-    writer = RulesDbWriter.for_database(db)  # as fraudlake_console, with its password
+    writer = RulesDbWriter.for_database(db, role="operator")  # direct writes: fraudlake_operator, its password
     assert writer.reachable()
     hostile = "x'); DROP TABLE fraud_rules; --"
     rule = RULES[1].model_copy(update={"rule_id": 31, "rule_name": hostile})

@@ -13,6 +13,7 @@ import pytest
 from debezium_support import own_database
 from engine_fixtures import make_rule
 
+from pipelines.base.rulesdb_settings import RoleKey
 from pipelines.local.rules_database import RulesDb, RulesDbError
 from rules_cdc.proposals import (
     Connect,
@@ -77,7 +78,7 @@ def test_a_proposal_changes_nothing_until_another_person_approves_it(db: RulesDb
 
 def test_the_database_refuses_a_self_approval_whoever_calls_it(db: RulesDb, connect: Connect) -> None:
     mine = propose(connect, "create", rule=make_rule(8), proposed_by="alice", reason="x")
-    role = "console"
+    role: RoleKey = "console"
     with pytest.raises(RulesDbError, match="rule_proposals_four_eyes"):
         db.psql(["-c", f"SELECT approve_rule_proposal({mine.id}, 'alice', 'psql, not python')"], role=role)
     with pytest.raises(RulesDbError, match="rule_proposals_four_eyes"):
@@ -89,6 +90,7 @@ def test_the_database_refuses_a_self_approval_whoever_calls_it(db: RulesDb, conn
             ],
             role=role,
         )
+    # The operators' direct path (the console may not write fraud_rules at all) is held to it as well.
     with pytest.raises(RulesDbError, match="fraud_rules_four_eyes"):
         db.psql(
             [
@@ -97,7 +99,7 @@ def test_the_database_refuses_a_self_approval_whoever_calls_it(db: RulesDb, conn
                 "limit_operator_type, limit_value, window_minutes, changed_by, approved_by) "
                 "VALUES (9, 'COUNT', 'COUNT', 'GREATER', 1, 1, 'alice', 'alice')",
             ],
-            role=role,
+            role="operator",
         )
     # A proposal's content is not the console's to rewrite: only the decision columns are granted.
     with pytest.raises(RulesDbError, match="permission denied"):
@@ -180,7 +182,7 @@ def test_a_sql_edit_that_does_not_name_the_attribution_columns_is_unattributed(d
     p = propose(connect, "update", rule=make_rule(2, limit=12), proposed_by="alice", reason="tune")
     approve(connect, p.id, approver="bob")
     assert _row(db, 2)[2:5] == ["alice", "bob", "tune"]
-    db.psql(["-c", "UPDATE fraud_rules SET limit_value = 13 WHERE rule_id = 2"], role="console")
+    db.psql(["-c", "UPDATE fraud_rules SET limit_value = 13 WHERE rule_id = 2"], role="operator")  # break-glass
     assert _row(db, 2) == ["ACTIVE", "13", "-", "-", "-", "-"]  # not alice's: nobody said who
     # Naming the columns keeps them, even with the values they had (PostgreSQL's UPDATE OF).
     db.sql("UPDATE fraud_rules SET changed_by = 'erin', change_reason = 'hotfix' WHERE rule_id = 2")
@@ -191,3 +193,83 @@ def test_a_sql_edit_that_does_not_name_the_attribution_columns_is_unattributed(d
     assert _row(db, 2)[1:5] == ["14", "erin", "-", "hotfix"]
     db.sql("UPDATE fraud_rules SET change_reason = 'typo' WHERE rule_id = 2")  # the reason alone: erin is cleared
     assert _row(db, 2)[1:5] == ["14", "-", "-", "typo"]
+
+
+# ---- four eyes is the database's: the console role cannot go around approve_rule_proposal() -----------------------
+
+
+def test_the_console_role_cannot_write_a_rule_or_an_approval_by_hand(db: RulesDb, connect: Connect) -> None:
+    db.upsert_rules([make_rule(11, limit=10)])
+    p = propose(connect, "update", rule=make_rule(11, limit=99), proposed_by="alice", reason="raise")
+    for statement in (
+        "UPDATE fraud_rules SET limit_value = 99, changed_by = 'alice', approved_by = 'bob' WHERE rule_id = 11",
+        "DELETE FROM fraud_rules WHERE rule_id = 11",
+        "INSERT INTO fraud_rules (rule_id, aggregate_field_name, aggregator_function_type, limit_operator_type, "
+        "limit_value, window_minutes) VALUES (12, 'COUNT', 'COUNT', 'GREATER', 1, 1)",
+    ):
+        with pytest.raises(RulesDbError, match="permission denied for table fraud_rules"):
+            db.psql(["-c", statement], role="console")
+    # Nor may it record an approval that never applied the change (its right to decide is for reject/withdraw).
+    with pytest.raises(RulesDbError, match="only approve_rule_proposal\\(\\) approves"):
+        db.psql(
+            [
+                "-c",
+                "UPDATE rule_proposals SET status = 'approved', decided_by = 'bob', decided_at = now() "
+                f"WHERE id = {p.id}",
+            ],
+            role="console",
+        )
+    with pytest.raises(RulesDbError, match="only approve_rule_proposal\\(\\) approves"):
+        db.psql(
+            [
+                "-c",
+                "INSERT INTO rule_proposals (kind, rule_id, proposed_by, reason, status, decided_by, decided_at) "
+                "VALUES ('pause', 11, 'alice', 'x', 'approved', 'bob', now())",
+            ],
+            role="console",
+        )
+    assert _row(db, 11)[:3] == ["ACTIVE", "10", "-"] and get_proposal(connect, p.id).status == "pending"
+    # Through the function, as the same console login: applied, attributed.
+    assert approve(connect, p.id, approver="bob") == "updated rule 11"
+    assert _row(db, 11)[:5] == ["ACTIVE", "99", "alice", "bob", "raise"]
+
+
+def test_approval_runs_as_its_nologin_owner_whatever_search_path_the_caller_sets(db: RulesDb, connect: Connect) -> None:
+    owner, definer, config = (
+        db.sql(
+            "SELECT proowner::regrole, prosecdef, array_to_string(proconfig, ';') FROM pg_proc "
+            "WHERE oid = 'approve_rule_proposal(bigint, text, text)'::regprocedure"
+        )
+        .strip()
+        .split("|")
+    )
+    assert (owner, definer) == ("fraudlake_approver", "t")
+    assert config == "search_path=pg_catalog, public, pg_temp"
+    # A decoy schema the caller may use, with tables of the same names first on its search_path: the function,
+    # running with its owner's rights, still reads and writes public's (the decoy stays empty).
+    db.sql(
+        "DROP SCHEMA IF EXISTS decoy CASCADE; CREATE SCHEMA decoy; "
+        "CREATE TABLE decoy.fraud_rules (LIKE public.fraud_rules); "
+        "CREATE TABLE decoy.rule_proposals (LIKE public.rule_proposals); "
+        "GRANT USAGE ON SCHEMA decoy TO fraudlake_console; "
+        "GRANT ALL ON ALL TABLES IN SCHEMA decoy TO fraudlake_console"
+    )
+    try:
+        p = propose(connect, "create", rule=make_rule(13), proposed_by="alice", reason="new")
+        out = db.psql(
+            ["-c", f"SET search_path = decoy, public; SELECT approve_rule_proposal({p.id}, 'bob', 'decoyed')"],
+            role="console",
+        )
+        assert out.strip() == "created rule 13"
+        assert _row(db, 13)[2:4] == ["alice", "bob"]
+        decoyed = db.sql(
+            "SELECT (SELECT count(*) FROM decoy.fraud_rules) + (SELECT count(*) FROM decoy.rule_proposals)"
+        )
+        assert decoyed.strip() == "0"
+        # Its owner's rights do not lift four eyes: a self-approval is still refused, as the console login.
+        mine = propose(connect, "pause", rule_id=13, proposed_by="carol", reason="noisy")
+        with pytest.raises(RulesDbError, match="rule_proposals_four_eyes"):
+            db.psql(["-c", f"SELECT approve_rule_proposal({mine.id}, 'carol', '')"], role="console")
+        assert _row(db, 13)[0] == "ACTIVE"
+    finally:
+        db.sql("DROP SCHEMA decoy CASCADE")

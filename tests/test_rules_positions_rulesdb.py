@@ -37,7 +37,7 @@ def _conf(settings: Settings, db: RulesDb, folder: Path) -> Path:
 
 
 def _password_from_the_environment(db: RulesDb, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No password in libpq's environment (PGPASSWORD, PGPASSFILE): the CLI finds the console role's own through
+    """No password in libpq's environment (PGPASSWORD, PGPASSFILE): the CLI finds the operator role's own through
     the rules database's secrets, and logs in as that role, never as the bootstrap superuser."""
     for name in ("PGPASSWORD", "PGPASSFILE", "FRAUDLAKE_RULESDB_DSN"):
         monkeypatch.delenv(name, raising=False)
@@ -72,8 +72,8 @@ def test_cli_edits_go_through_the_rules_database_when_one_is_configured(
     assert code == 0 and "upserted rule_id 1, 2 in fraud_rules; Debezium streams it" in out, err
     assert _rules(db) == {1: ("ACTIVE", "1000000"), 2: ("ACTIVE", "5000")}
     assert db.sql("SELECT rule_name FROM fraud_rules WHERE rule_id = 2").strip() == "x'); DROP TABLE t; --"
-    # Written as the least-privilege console role (the server's log of connections is not needed: the superuser
-    # has no password in reach, and the console role cannot do what only the superuser could).
+    # Written as the operator role, the one direct writer (the server's log of connections is not needed: the
+    # superuser has no password in reach, and the console role may not write fraud_rules at all).
     assert not list(db.secrets.folder.glob("*.pgpass*"))  # the password file lived for the command only
 
     assert run("pause", "1")[:2] == (

@@ -90,8 +90,10 @@ def test_cli_seeds_only_an_empty_table_when_asked_and_runs_psql(
     assert main(["rulesdb", "--conf", str(conf), "seed", "--if-empty"]) == 0
     assert "nothing loaded" in capfd.readouterr().out
     update = "UPDATE fraud_rules SET limit_value = 15 WHERE rule_id = 3"
-    assert main(["rulesdb", "--conf", str(conf), "psql", "-c", update]) == 0  # options before the action
-    assert "UPDATE 1" in capfd.readouterr().out  # as fraudlake_console, the default
+    assert main(["rulesdb", "--conf", str(conf), "psql", "-c", update]) != 0  # options before the action
+    assert "permission denied for table fraud_rules" in capfd.readouterr().err  # fraudlake_console, the default
+    assert main(["rulesdb", "--conf", str(conf), "--as", "operator", "psql", "-c", update]) == 0
+    assert "UPDATE 1" in capfd.readouterr().out  # the operators' direct edit
     assert db.sql("SELECT limit_value FROM fraud_rules WHERE rule_id = 3").strip() == "15"
     assert main(["rulesdb", "--conf", str(conf), "--as", "reader", "psql", "-c", update]) != 0
     assert "permission denied for table fraud_rules" in capfd.readouterr().err

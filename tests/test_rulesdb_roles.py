@@ -60,7 +60,7 @@ def psql_without_password(db: RulesDb, user: str, *, password: str | None = None
 
 
 def test_a_connection_without_the_password_is_refused_for_every_role(db: RulesDb) -> None:
-    for user in ("fraudlake", "fraudlake_console", "fraudlake_reader", "fraudlake_debezium"):
+    for user in ("fraudlake", "fraudlake_console", "fraudlake_operator", "fraudlake_reader", "fraudlake_debezium"):
         refused = psql_without_password(db, user)
         assert refused.returncode != 0 and "no password supplied" in refused.stderr, (user, refused.stderr)
         wrong = psql_without_password(db, user, password="not-the-password-at-all")
@@ -70,14 +70,20 @@ def test_a_connection_without_the_password_is_refused_for_every_role(db: RulesDb
     assert db.sql("SHOW listen_addresses").strip() == "127.0.0.1"
     assert db.sql("SHOW password_encryption").strip() == "scram-sha-256"
     stored = db.sql("SELECT rolname || '|' || left(rolpassword, 14) FROM pg_authid WHERE rolname LIKE 'fraudlake%'")
-    users = ("fraudlake", "fraudlake_console", "fraudlake_debezium", "fraudlake_reader")
-    assert sorted(stored.split()) == sorted(f"{name}|SCRAM-SHA-256$" for name in users)
+    users = ("fraudlake", "fraudlake_console", "fraudlake_debezium", "fraudlake_operator", "fraudlake_reader")
+    assert sorted(stored.split()) == sorted(f"{name}|SCRAM-SHA-256$" for name in users)  # approver: no password
+    # The approval function's owner cannot log in at all, with or without a password.
+    assert db.sql("SELECT rolcanlogin, rolpassword IS NULL FROM pg_authid WHERE rolname = 'fraudlake_approver'") == (
+        "f|t\n"
+    )
+    approver = psql_without_password(db, "fraudlake_approver", password="x" * 16)  # no password matches: none set
+    assert approver.returncode != 0 and "password authentication failed" in approver.stderr
 
 
 def test_the_generated_passwords_are_private_files(db: RulesDb) -> None:
     folder = db.secrets.folder
     assert folder.stat().st_mode & 0o777 == 0o700
-    for key in ("admin", "debezium", "console", "reader"):
+    for key in ("admin", "debezium", "console", "operator", "reader"):
         path = db.secrets.generated_file(key)
         assert path.stat().st_mode & 0o777 == 0o600, path
         assert len(path.read_text()) == 32 and not path.read_text().endswith("\n")
@@ -98,6 +104,20 @@ REFUSED = [
     ("console", "DROP TABLE fraud_rules", "must be owner of table fraud_rules"),
     ("console", "TRUNCATE fraud_rules", "permission denied for table fraud_rules"),
     ("console", "SELECT pg_create_logical_replication_slot('console_slot', 'pgoutput')", "replication role"),
+    # Four eyes is the database's (007): the console proposes and approves through approve_rule_proposal() only.
+    ("console", INSERT.format(id=904), "permission denied for table fraud_rules"),
+    ("console", "UPDATE fraud_rules SET limit_value = 2", "permission denied for table fraud_rules"),
+    ("console", "DELETE FROM fraud_rules", "permission denied for table fraud_rules"),
+    ("console", "SET ROLE fraudlake_approver", "permission denied to set role"),
+    ("console", "ALTER FUNCTION approve_rule_proposal(bigint, text, text) SECURITY INVOKER", "must be owner"),
+    # The operators' break-glass role writes fraud_rules and nothing else: no proposals, no approval, no DDL.
+    ("operator", "SELECT count(*) FROM rule_proposals", "permission denied for table rule_proposals"),
+    ("operator", "SELECT approve_rule_proposal(1, 'bob', '')", "permission denied for function approve_rule_proposal"),
+    ("operator", "TRUNCATE fraud_rules", "permission denied for table fraud_rules"),
+    ("operator", "CREATE TABLE mine (a int)", "permission denied for schema public"),
+    ("operator", "CREATE TEMP TABLE mine (a int)", "permission denied to create temporary tables"),
+    ("operator", "SET ROLE fraudlake_approver", "permission denied to set role"),
+    ("operator", "ALTER TABLE fraud_rules DISABLE TRIGGER USER", "must be owner of table fraud_rules"),
     ("reader", INSERT.format(id=900), "permission denied for table fraud_rules"),
     ("reader", "UPDATE fraud_rules SET limit_value = 2", "permission denied for table fraud_rules"),
     ("reader", "DELETE FROM fraud_rules", "permission denied for table fraud_rules"),
@@ -117,21 +137,27 @@ def test_each_application_role_is_refused_what_it_must_not_do(
 
 def test_each_application_role_can_do_its_job_and_has_no_powers(db: RulesDb) -> None:
     db.sql("DELETE FROM fraud_rules WHERE rule_id = 902")
-    assert db.psql(["-c", INSERT.format(id=902)], role="console").strip() == ""
-    assert db.psql(["-c", "UPDATE fraud_rules SET limit_value = 3 WHERE rule_id = 902"], role="console") == ""
-    for role in ("console", "reader", "debezium"):
-        count = db.psql(["-c", "SELECT count(*) FROM fraud_rules WHERE rule_id = 902"], role=role)  # type: ignore[arg-type]
+    assert db.psql(["-c", INSERT.format(id=902)], role="operator").strip() == ""
+    assert db.psql(["-c", "UPDATE fraud_rules SET limit_value = 3 WHERE rule_id = 902"], role="operator") == ""
+    for role in ("console", "operator", "reader", "debezium"):
+        count = db.psql(["-c", "SELECT count(*) FROM fraud_rules WHERE rule_id = 902"], role=role)
         assert count.strip() == "1", role
-    assert db.psql(["-c", "DELETE FROM fraud_rules WHERE rule_id = 902"], role="console") == ""
+    assert db.psql(["-c", "DELETE FROM fraud_rules WHERE rule_id = 902"], role="operator") == ""
     attributes = db.sql(
-        "SELECT rolname, rolsuper, rolcreaterole, rolcreatedb, rolbypassrls, rolreplication FROM pg_roles "
-        "WHERE rolname IN ('fraudlake_console', 'fraudlake_reader', 'fraudlake_debezium') ORDER BY rolname"
+        "SELECT rolname, rolsuper, rolcreaterole, rolcreatedb, rolbypassrls, rolreplication, rolcanlogin "
+        "FROM pg_roles WHERE rolname IN ('fraudlake_approver', 'fraudlake_console', 'fraudlake_debezium', "
+        "'fraudlake_operator', 'fraudlake_reader') ORDER BY rolname"
     )
     assert attributes.split() == [
-        "fraudlake_console|f|f|f|f|f",
-        "fraudlake_debezium|f|f|f|f|t",
-        "fraudlake_reader|f|f|f|f|f",
+        "fraudlake_approver|f|f|f|f|f|f",
+        "fraudlake_console|f|f|f|f|f|t",
+        "fraudlake_debezium|f|f|f|f|t|t",
+        "fraudlake_operator|f|f|f|f|f|t",
+        "fraudlake_reader|f|f|f|f|f|t",
     ]
+    # Nobody is a member of the approver role: its rights are reachable through its one function only.
+    members = db.sql("SELECT count(*) FROM pg_auth_members WHERE roleid = 'fraudlake_approver'::regrole")
+    assert members.strip() == "0"
     # The database is closed to PUBLIC: only the three roles (and its owner) may connect, not any new role.
     db.sql("DROP ROLE IF EXISTS fraudlake_stranger; CREATE ROLE fraudlake_stranger LOGIN")
     try:
@@ -152,7 +178,7 @@ def test_no_password_shows_in_ps_or_the_worker_log_while_debezium_runs_as_its_ro
     tmp_path: Path,
 ) -> None:
     db = own_database(rulesdb, "fraudlake_roles_cdc")
-    passwords = {key: db.secrets.password(key) for key in ("admin", "debezium", "console", "reader")}
+    passwords = {key: db.secrets.password(key) for key in ("admin", "debezium", "console", "operator", "reader")}
     settings = cdc_settings(base_settings, tmp_path, bootstrap=kafka_broker.bootstrap, rules_topic="roles-rules")
     with running_connector(connect_worker, settings, db, name="roles-rules") as config:
         # The connector runs, so Debezium logged in as its role with the password it resolved in memory.
@@ -184,11 +210,14 @@ def test_no_password_shows_in_ps_or_the_worker_log_while_debezium_runs_as_its_ro
 
 def test_a_console_save_under_a_held_row_lock_fails_within_the_lock_timeout(db: RulesDb) -> None:
     db.sql(f"DELETE FROM fraud_rules WHERE rule_id = 903; {INSERT.format(id=903)}")
-    writer = RulesDbWriter.for_database(db, SessionLimits(connect_timeout_s=5, lock_timeout_ms=800))
+    # A direct save: the operator's (the console role may not write fraud_rules; its approvals wait the same way,
+    # tests/test_console_bad_input.py).
+    limits = SessionLimits(connect_timeout_s=5, lock_timeout_ms=800)
+    writer = RulesDbWriter.for_database(db, limits, role="operator")
     rule = make_rule(903, windowMinutes=5, limit=4)
     holder = psycopg.connect(
-        f"host=127.0.0.1 port={db.effective_port()} dbname={db.database} user=fraudlake_console",
-        password=db.secrets.password("console"),
+        f"host=127.0.0.1 port={db.effective_port()} dbname={db.database} user=fraudlake_operator",
+        password=db.secrets.password("operator"),
     )
     try:
         holder.execute("SELECT * FROM fraud_rules WHERE rule_id = 903 FOR UPDATE")  # held: the transaction stays open

@@ -18,7 +18,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-RoleKey = Literal["admin", "debezium", "console", "reader"]
+RoleKey = Literal["admin", "debezium", "console", "operator", "reader"]
 """The rules database's login roles, by what they are for: ``admin`` is the bootstrap superuser (``rulesdb.user``)."""
 
 

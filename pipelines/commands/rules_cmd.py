@@ -19,9 +19,11 @@
     fraudlake rules approve ID [--note TEXT] [--as-user NAME]   apply it (another person than its author)
     fraudlake rules reject ID [--note TEXT] [--as-user NAME] | withdraw ID [--as-user NAME]
 
-Edits and proposals reach the rules database as ``fraudlake_console``: ``FRAUDLAKE_RULESDB_DSN`` when set, else
-conf's local database with the console role's password (``rulesdb_login``). The acting person is ``--as-user``,
-else the OS user.
+Proposals and decisions reach the rules database as ``fraudlake_console`` (which may not write ``fraud_rules``:
+approval goes through ``approve_rule_proposal()``), the direct edits ``upsert|pause|resume|delete`` as
+``fraudlake_operator`` (the break-glass path, conf/rulesdb/007_operator_role.sql): ``FRAUDLAKE_RULESDB_DSN`` when
+set (its own login, whichever it is), else conf's local database with that role's password (``rulesdb_login``).
+The acting person is ``--as-user``, else the OS user.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from delta_tables.rules import RULES
+from pipelines.base.rulesdb_settings import RoleKey
 from pipelines.base.runtime_env import SetupMissingError
 from pipelines.base.settings import Settings
 from pipelines.commands.context import settings_from, spark_from
@@ -313,7 +316,7 @@ def _edit(args: argparse.Namespace, spark: SparkSession, settings: Settings) -> 
         return 0
     with ExitStack() as stack:
         try:
-            conninfo = stack.enter_context(rulesdb_login(settings)) if args.via != "kafka" else None
+            conninfo = stack.enter_context(rulesdb_login(settings, "operator")) if args.via != "kafka" else None
         except SecretError as error:
             print(f"rules {args.action}: {error}", file=sys.stderr)
             return 2
@@ -350,12 +353,13 @@ def _edit_with(args: argparse.Namespace, spark: SparkSession, settings: Settings
 
 
 @contextmanager
-def rulesdb_login(settings: Settings) -> Iterator[str | None]:
+def rulesdb_login(settings: Settings, role: RoleKey = "console") -> Iterator[str | None]:
     """The rules database CLI edits and proposals go to, as a libpq connection string: ``FRAUDLAKE_RULESDB_DSN``
-    as given (its own login), else conf's local database when it runs, as the least-privilege ``fraudlake_console``
-    (never the bootstrap superuser); None when neither. The console role's password (its env variable or secret
-    file, ``RoleSecrets``) reaches libpq through a 0600 password file that lives only inside the block: it is in
-    neither the string nor a command line. Raises ``SecretError`` when the password is missing or exposed."""
+    as given (its own login), else conf's local database when it runs, as ``role`` (never the bootstrap
+    superuser): ``console`` for proposals and decisions, ``operator`` for the direct edits (the console role may
+    not write ``fraud_rules``); None when neither. The role's password (its env variable or secret file,
+    ``RoleSecrets``) reaches libpq through a 0600 password file that lives only inside the block: it is in neither
+    the string nor a command line. Raises ``SecretError`` when the password is missing or exposed."""
     dsn = dsn_from_environment()
     if dsn:
         yield dsn
@@ -370,13 +374,13 @@ def rulesdb_login(settings: Settings) -> Iterator[str | None]:
         return
     from psycopg.conninfo import make_conninfo
 
-    role = db.role_name("console")
-    with db.secrets.pgpass(role, db.secrets.password("console")) as passfile:
+    user = db.role_name(role)
+    with db.secrets.pgpass(user, db.secrets.password(role)) as passfile:
         yield make_conninfo(
             host="127.0.0.1",
             port=str(db.effective_port()),
             dbname=db.database,
-            user=role,
+            user=user,
             passfile=str(passfile),
             connect_timeout="5",
         )

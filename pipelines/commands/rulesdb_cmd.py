@@ -5,7 +5,8 @@
     fraudlake rulesdb init | start          initdb once (SCRAM), start on rulesdb.port, secure, migrate; the same
     fraudlake rulesdb migrate               on the running cluster: secure, apply conf/rulesdb/NNN_*.sql, set passwords
     fraudlake rulesdb seed [FILE] [--if-empty]   insert or update the rules of FILE (default conf/sample_rules.json)
-    fraudlake rulesdb [--as ROLE] psql [PSQL ARGS...]   psql as fraudlake_console (default), _reader, or the admin
+    fraudlake rulesdb [--as ROLE] psql [PSQL ARGS...]   psql as fraudlake_console (default), _operator (direct
+                                            edits of fraud_rules), _reader, _debezium, or the admin
     fraudlake rulesdb drop-slot [--name SLOT] [--wait S]   drop the connector's replication slot (default: conf's)
     fraudlake rulesdb status | stop
 
@@ -44,7 +45,8 @@ def register(subparsers: Any, parent: argparse.ArgumentParser) -> None:
         dest="as_role",
         choices=ROLE_KEYS,
         default="console",
-        help="psql: the role to log in as (default console: read and edit fraud_rules; admin: the superuser)",
+        help="psql: the role to log in as (default console: read rules, propose and approve through "
+        "approve_rule_proposal(), no direct writes; operator: edit fraud_rules directly; admin: the superuser)",
     )
     parser.add_argument("action", choices=ACTIONS)
     parser.add_argument(

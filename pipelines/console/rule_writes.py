@@ -29,6 +29,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from pipelines.base.rulesdb_settings import RoleKey
 from pipelines.base.runtime_env import SetupMissingError
 from pipelines.base.settings import Settings
 from pipelines.local.rules_database import RULES_TABLE, RulesDb
@@ -132,12 +133,15 @@ class RulesDbWriter:
         self.unavailable = unavailable  # why no connection can be made (a missing secret), said by every write
 
     @classmethod
-    def for_database(cls, db: RulesDb, limits: SessionLimits = SessionLimits()) -> RulesDbWriter:
-        """A writer on the local rules database ``db``, as ``fraudlake_console`` with its password."""
-        info = f"host=127.0.0.1 port={db.effective_port()} dbname={db.database} user={db.role_name('console')}"
-        label = f"PostgreSQL {RULES_TABLE} at {db.dsn('console')}"
+    def for_database(
+        cls, db: RulesDb, limits: SessionLimits = SessionLimits(), role: RoleKey = "console"
+    ) -> RulesDbWriter:
+        """A writer on the local rules database ``db``, as ``fraudlake_console`` with its password (proposals and
+        approval only: 007_operator_role.sql); ``role="operator"`` for direct writes of ``fraud_rules``."""
+        info = f"host=127.0.0.1 port={db.effective_port()} dbname={db.database} user={db.role_name(role)}"
+        label = f"PostgreSQL {RULES_TABLE} at {db.dsn(role)}"
         try:
-            password = db.secrets.password("console")
+            password = db.secrets.password(role)
         except SecretError as error:
             return cls(info, label, limits=limits, unavailable=str(error))
         return cls(info, label, password=password, limits=limits)

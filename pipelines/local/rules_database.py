@@ -9,9 +9,10 @@ system service and no root: when fraudlake itself runs as root (PostgreSQL refus
 
 Nobody is trusted. The server listens on 127.0.0.1 only, without a Unix socket, and ``pg_hba.conf`` asks every
 connection for a SCRAM-SHA-256 password. The bootstrap superuser (``rulesdb.user``) is for these administration
-commands only; the clients log in as ``fraudlake_debezium``, ``fraudlake_console`` or ``fraudlake_reader``
-(conf/rulesdb/002_roles.sql). Passwords: pipelines/local/rulesdb_secrets.py. A cluster created before the roles
-(``trust``) is upgraded in place by the next ``start``: its superuser gets a password, then pg_hba.conf changes.
+commands only; the clients log in as ``fraudlake_debezium``, ``fraudlake_console``, ``fraudlake_operator`` or
+``fraudlake_reader`` (conf/rulesdb/002_roles.sql, 007_operator_role.sql). Passwords: pipelines/local/rulesdb_secrets.py.
+A cluster created before the roles (``trust``) is upgraded in place by the next ``start``: its superuser gets a
+password, then pg_hba.conf changes.
 
 Example::
 
@@ -19,6 +20,7 @@ Example::
     db.start()                                   # idempotent
     db.sql("UPDATE fraud_rules SET limit_value = 15 WHERE rule_id = 3")    # as the superuser
     db.psql(["-c", "SELECT count(*) FROM fraud_rules"], role="reader")    # as fraudlake_reader
+    db.psql(["-c", "DELETE FROM fraud_rules WHERE rule_id = 3"], role="operator")  # a direct edit
     db.stop()
 """
 

@@ -1,7 +1,7 @@
 """The rules database's passwords: where each role's comes from, how it is kept, and how it reaches a client.
 
-Each login role has a *key* (``admin`` for the bootstrap superuser, ``debezium``, ``console``, ``reader``). Its
-password is, first found wins:
+Each login role has a *key* (``admin`` for the bootstrap superuser, ``debezium``, ``console``, ``operator``,
+``reader``). Its password is, first found wins:
 
 1. the environment variable ``FRAUDLAKE_RULESDB_<KEY>_PASSWORD`` (a secret store's usual way in);
 2. the file ``rulesdb.password_files.<key>`` names in conf (a mounted secret; never generated, never world-readable);
@@ -37,11 +37,13 @@ from pipelines.base.rulesdb_settings import RoleKey
 APP_ROLES: dict[RoleKey, str] = {
     "debezium": "fraudlake_debezium",
     "console": "fraudlake_console",
+    "operator": "fraudlake_operator",
     "reader": "fraudlake_reader",
 }
-"""The application roles (created by conf/rulesdb/002_roles.sql); ``admin`` is ``rulesdb.user``."""
+"""The application login roles (conf/rulesdb/002_roles.sql; ``operator``: 007_operator_role.sql); ``admin`` is
+``rulesdb.user``. The NOLOGIN ``fraudlake_approver`` (007) has no password and no key."""
 
-ROLE_KEYS: tuple[RoleKey, ...] = ("admin", "debezium", "console", "reader")
+ROLE_KEYS: tuple[RoleKey, ...] = ("admin", "debezium", "console", "operator", "reader")
 MIN_LENGTH = 12
 SCRAM_ITERATIONS = 4096  # PostgreSQL's default scram_iterations
 
