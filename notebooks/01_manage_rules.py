@@ -11,7 +11,9 @@
 # MAGIC or an array of them, for `upsert`; default: the seed rule of `conf/sample_rules.json`); `rule_id` (for the
 # MAGIC other actions; blank = the rule in `rule_json`); `publish_to`: `apply` (default) applies the events at once
 # MAGIC through the rules job's own code path (parse, MERGE, change log), `kafka` publishes them to the rules topic,
-# MAGIC where the continuous `fraudlake_rules_cdc` job applies them; `as_of` (a rules-table version or a UTC
+# MAGIC where the continuous `fraudlake_rules_cdc` job applies them, `rulesdb` writes `fraud_rules` through
+# MAGIC `FRAUDLAKE_RULESDB_DSN`, a direct operator edit: that login must be `fraudlake_operator` (the console role may
+# MAGIC only propose, docs/rules-cdc.md "Attribution and four eyes"); `as_of` (a rules-table version or a UTC
 # MAGIC timestamp for the time-travel view; blank = the version before this edit); `history_at` (an ISO date or
 # MAGIC time, UTC: who made the rule what it was then, and why; blank = skip).
 

@@ -5,7 +5,9 @@ An analyst's create, update, pause, resume or delete is a row of ``rule_proposal
 ``approve_rule_proposal``: one transaction that locks the proposal, refuses it unless it is pending, decided by
 someone other than its author (a CHECK) and still based on the rule as it is (the rule's ``updated_at`` then and
 now), then writes ``fraud_rules`` with ``changed_by`` = author, ``approved_by`` = approver, ``change_reason`` =
-reason. Debezium streams that row like any other; the change log ``rule_changes`` keeps the three names.
+reason. Debezium streams that row like any other; the change log ``rule_changes`` keeps the three names. The
+function runs as its NOLOGIN owner ``fraudlake_approver`` (SECURITY DEFINER, fixed ``search_path``; conf/rulesdb/
+007_operator_role.sql): the console role that calls it may not write ``fraud_rules`` itself.
 
 This module is the Python side for the console and the CLI alike: it takes a connection factory (``connector``)
 so that each caller brings its own login (the console's ``RulesDbWriter``, the CLI's console-role password file)

@@ -4,7 +4,8 @@ Where a rules database feeds the rules table, ``fraudlake rules upsert|pause|res
 ``publish_to=rulesdb``) change ``fraud_rules`` exactly as an analyst's ``UPDATE`` in psql would: Debezium streams
 the change with its real WAL position, and the rules CDC job applies it. Every change of a rule is then ordered by
 one log, the database's. (A CLI event with a position of its own could not be: it would have to guess where it
-sits among transactions still open in the database.)
+sits among transactions still open in the database.) These are the operators' direct edits: they log in as
+``fraudlake_operator`` (conf/rulesdb/007_operator_role.sql); the console role may only propose.
 
 Statements are built with ``psycopg.sql`` from constant identifiers; every value is a parameter: no SQL is ever
 built from a rule's text. The connection string comes from the caller (the CLI: ``FRAUDLAKE_RULESDB_DSN`` or the
