@@ -5,9 +5,10 @@ the rules CDC job validates and MERGEs it into the Delta ``rules`` table. Where 
 the edit is published to the rules topic as ``fraudlake rules upsert|pause|resume|delete`` does (the CLI
 publisher's events). Either way nothing reaches the lakehouse but through the rules CDC job.
 
-The console logs in as ``fraudlake_console`` (SELECT, INSERT, UPDATE, DELETE on ``fraud_rules``, nothing else;
-conf/rulesdb/002_roles.sql), its password from ``FRAUDLAKE_RULESDB_CONSOLE_PASSWORD`` or its secret file, passed to
-libpq apart from the connection string (which may be shown). Every session sets ``lock_timeout`` and
+The console logs in as ``fraudlake_console`` (SELECT on ``fraud_rules``, proposals, and approval only through
+``approve_rule_proposal()``: conf/rulesdb/007_operator_role.sql; a direct ``write`` needs ``role="operator"``),
+its password from ``FRAUDLAKE_RULESDB_CONSOLE_PASSWORD`` or its secret file, passed to libpq apart from the
+connection string (which may be shown). Every session sets ``lock_timeout`` and
 ``statement_timeout`` (``rulesdb.*`` settings), and the connection ``connect_timeout``: an edit of a row another
 session holds locked fails with a clear :class:`WriteFailed` instead of hanging the request.
 
