@@ -100,7 +100,9 @@ def running_console(
 ) -> Iterator[tuple[ConsoleServer, ConsoleContext]]:
     """A console on a free port of 127.0.0.1, served from a thread of this process, stopped after; ``options``
     are ``ConsoleContext.build``'s timeouts (``read_timeout_s``, ``write_timeout_s``); sign-in is ``auth``, else
-    ``signin_auth(settings)`` (``TEST_USERS``)."""
+    ``signin_auth(settings)`` (``TEST_USERS``). Reads get 90 s unless a test says otherwise: the production deadline
+    (30 s) is for a person waiting, and a CI machine running two Spark test workers can take longer than that."""
+    options.setdefault("read_timeout_s", 90.0)
     console = ConsoleContext.build(
         settings, writer=writer, spark=spark, stale_after=stale_after, poll_seconds=1.0, **options
     )
@@ -138,7 +140,7 @@ class Visitor:
         *,
         form: dict[str, str] | None = None,
         body: bytes | None = None,
-        timeout: float = 30.0,
+        timeout: float = 120.0,
         headers: dict[str, str | None] | None = None,
         csrf: bool = True,
         follow: bool = True,
@@ -182,7 +184,7 @@ def visitor(base_url: str, name: str = "ana") -> Visitor:
 
 
 def fetch(
-    url: str, *, form: dict[str, str] | None = None, body: bytes | None = None, timeout: float = 30.0
+    url: str, *, form: dict[str, str] | None = None, body: bytes | None = None, timeout: float = 120.0
 ) -> tuple[int, str, Message]:
     """GET (or POST a form / raw body) as the analyst ana, signed in once per console; redirects followed."""
     parts = urllib.parse.urlsplit(url)

@@ -7,7 +7,6 @@ accuracy page against figures computed by hand, as tests/test_outcomes.py's fixt
 
 from __future__ import annotations
 
-import datetime as dt
 import html
 import io
 import logging
@@ -19,11 +18,9 @@ from pathlib import Path
 
 import pytest
 from console_support import PASSWORD, Visitor, running_console, signin_auth
-from dq_tables import BASE, alert, append, transaction
-from engine_fixtures import make_rule
+from outcomes_fixture import two_weeks
 from pyspark.sql import SparkSession
 
-from delta_tables.catalog import init_lakehouse
 from pipelines.base.settings import Settings
 from pipelines.cli import main
 from pipelines.console.app import create_app
@@ -34,12 +31,6 @@ from pipelines.console.sessions import LoginLimiter, SessionStore
 from pipelines.console.users import UserError, UsersFile
 from pipelines.outcomes.labels import import_labels
 
-LATER = BASE + dt.timedelta(days=7)
-
-
-def _alert(rule_id: int, tx: str, when: dt.datetime = BASE) -> dict[str, object]:
-    return {**alert(f"{rule_id}:{tx}", make_rule(rule_id), "100"), "transactionId": tx, "eventTime": when}
-
 
 @pytest.fixture(scope="module")
 def lakehouse(spark: SparkSession, base_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Settings:
@@ -47,17 +38,7 @@ def lakehouse(spark: SparkSession, base_settings: Settings, tmp_path_factory: py
     t11. The dispositions are made through the console by the tests below."""
     folder = tmp_path_factory.mktemp("console-signin")
     settings = base_settings.with_lakehouse(str(folder / "lakehouse"))
-    init_lakehouse(spark, settings)
-    txs = [transaction(f"t{i}", "10") for i in range(1, 11)]
-    txs += [transaction(f"t{i}", "10", event=LATER) for i in range(11, 15)]
-    append(spark, settings, "bronze_transactions", txs)
-    alerts = [_alert(1, t) for t in ("t1", "t2", "t3", "t4")] + [_alert(1, "t11", LATER)]
-    alerts += [_alert(2, "t1"), _alert(2, "t5")]
-    append(spark, settings, "alerts", alerts)
-    labels = folder / "chargebacks.csv"
-    labels.write_text(
-        "transactionId,labelledAt\nt1,2024-03-20T10:00:00\nt6,2024-03-22T10:00:00\nt11,2024-03-29T10:00:00\n"
-    )
+    labels = two_weeks(spark, settings, folder)
     import_labels(spark, settings, str(labels), label_source="chargebacks", imported_by="ops")
     return settings
 

@@ -13,11 +13,10 @@ import datetime as dt
 from pathlib import Path
 
 import pytest
-from dq_tables import BASE, alert, append, transaction
-from engine_fixtures import make_rule
+from dq_tables import BASE
+from outcomes_fixture import WEEK1, WEEK2, two_weeks
 from pyspark.sql import SparkSession
 
-from delta_tables.catalog import init_lakehouse
 from delta_tables.fraud_labels import FRAUD_LABELS
 from delta_tables.quarantine import QUARANTINE
 from pipelines.base.settings import Settings
@@ -26,35 +25,20 @@ from pipelines.outcomes.accuracy import WatchItem, alert_outcomes, outcome_table
 from pipelines.outcomes.dispositions import DispositionError, record_disposition
 from pipelines.outcomes.labels import ImportResult, LabelImportError, import_labels
 
-WEEK1, WEEK2 = dt.datetime(2024, 2, 26), dt.datetime(2024, 3, 4)
-LATER = BASE + dt.timedelta(days=7)
-
-
-def _alert(rule_id: int, tx: str, when: dt.datetime = BASE) -> dict[str, object]:
-    row = alert(f"{rule_id}:{tx}", make_rule(rule_id), "100")
-    return {**row, "transactionId": tx, "eventTime": when}
-
 
 @pytest.fixture(scope="module")
 def lakehouse(spark: SparkSession, base_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Settings:
     """One lakehouse for the module (the tests read it; the CLI test, last, adds a disposition)."""
-    tmp_path = tmp_path_factory.mktemp("outcomes")
-    settings = base_settings.with_lakehouse(str(tmp_path / "lakehouse"))
-    init_lakehouse(spark, settings)
-    txs = [transaction(f"t{i}", "10") for i in range(1, 11)]
-    txs += [transaction(f"t{i}", "10", event=LATER) for i in range(11, 15)]
-    append(spark, settings, "bronze_transactions", txs)
-    alerts = [_alert(1, t) for t in ("t1", "t2", "t3", "t4")] + [_alert(1, "t11", LATER)]
-    alerts += [_alert(2, "t1"), _alert(2, "t5")]
-    append(spark, settings, "alerts", alerts)
-    labels = tmp_path / "chargebacks.csv"
-    labels.write_text(
-        "transactionId,labelledAt,reason\n"
-        "t1,2024-03-20T10:00:00,4837\n"
-        "t1,2024-03-21T10:00:00,4837\n"  # the same chargeback twice in one file: one label
-        "t6,2024-03-22T10:00:00,10.4\n"
-        "t11,2024-03-29T10:00:00,4863\n"
-        ",2024-03-29T10:00:00,4863\n"  # no transaction id: quarantined, not dropped
+    folder = tmp_path_factory.mktemp("outcomes")
+    settings = base_settings.with_lakehouse(str(folder / "lakehouse"))
+    labels = two_weeks(
+        spark,
+        settings,
+        folder,
+        extra_rows=(
+            "t1,2024-03-21T10:00:00,4837",  # the same chargeback twice in one file: one label
+            ",2024-03-29T10:00:00,4863",  # no transaction id: quarantined, not dropped
+        ),
     )
     marks = [
         ("1:t2", "FALSE_POSITIVE", 1),
