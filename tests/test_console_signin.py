@@ -7,6 +7,7 @@ accuracy page against figures computed by hand, as tests/test_outcomes.py's fixt
 
 from __future__ import annotations
 
+import datetime as dt
 import html
 import io
 import logging
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from console_support import PASSWORD, Visitor, running_console, signin_auth
+from dq_tables import append
 from outcomes_fixture import two_weeks
 from pyspark.sql import SparkSession
 
@@ -232,6 +234,29 @@ def test_marking_an_alert_records_the_signed_in_user_and_its_history(url: str) -
     assert status == 404 and "no alert" in text
     status, text, _ = ana.fetch("/alerts/disposition", form={"id": "1:t1", "disposition": "MAYBE"})
     assert status == 400 and "disposition must be one of" in text
+
+
+def test_a_rules_history_says_who_changed_it_who_approved_and_why(
+    url: str, lakehouse: Settings, spark: SparkSession
+) -> None:
+    """The rule page's history carries the change log's attribution; a SQL edit shows as unattributed."""
+    at = dt.datetime(2024, 3, 3, 9, 0)
+    change = {"ruleId": 7, "op": "u", "resultingState": "ACTIVE", "appliedAt": at, "rulesVersion": 3}
+    append(
+        spark,
+        lakehouse,
+        "rule_changes",
+        [
+            {**change, "sourcePosition": "pg:1", "changedBy": "alice", "approvedBy": "bob", "changeReason": "CNP wave"},
+            {**change, "sourcePosition": "pg:2", "appliedAt": at + dt.timedelta(hours=1)},  # typed in psql
+        ],
+    )
+    status, text, _ = signed_in(url, "ana").fetch("/rules/7")
+    assert status == 200, text[:500]
+    cells = re.findall(
+        r'class="changed-by">([^<]*)<.*?class="approved-by">([^<]*)<.*?class="change-reason">([^<]*)<', text, re.S
+    )
+    assert cells == [("alice", "bob", "CNP wave"), ("unattributed", "-", "-")]
 
 
 def test_the_accuracy_page_shows_the_hand_computed_figures(url: str) -> None:
