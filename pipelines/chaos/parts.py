@@ -30,7 +30,7 @@ from pipelines.chaos.plan import Part
 from pipelines.local.connect_worker import ConnectWorker
 from pipelines.local.kafka_broker import KafkaBroker
 from pipelines.local.processes import alive, start_daemon, stop_processes
-from pipelines.local.rules_database import RulesDb
+from pipelines.local.rules_database import RulesDb, RulesDbError
 
 TERM_WAIT_S = 75.0
 """How long a SIGTERMed part may take to stop by itself (the engine: 30 s for its batch, 15 s for Spark's stop)."""
@@ -120,9 +120,13 @@ class LiveStack:
             return "postgres was not running"
         started = time.monotonic()
         if sig == signal.SIGKILL:
-            for pid in [postmaster, *_children(postmaster)]:
+            cluster = [postmaster, *_children(postmaster)]
+            for pid in cluster:
                 _signal(pid, signal.SIGKILL)
-            _wait_gone(postmaster, 10.0)
+            # Every process, not only the postmaster: a backend still exiting keeps the old shared memory attached,
+            # and a new postmaster refuses to start beside it ("another server might be running").
+            for pid in cluster:
+                _wait_gone(pid, 10.0)
             return ""
         _signal(postmaster, signal.SIGTERM)
         if _wait_gone(postmaster, 15.0):
@@ -145,7 +149,7 @@ class LiveStack:
         elif part == "connect":
             self.worker.start([self.connector])
         else:
-            self.db.start()
+            return _start_postgres(self.db)
         return ""
 
     def connector_note(self) -> str:
@@ -209,9 +213,34 @@ def _kill_group(leader: int) -> None:
 
 
 def _wait_gone(pid: int, seconds: float) -> bool:
+    """Wait until ``pid`` has exited (a zombie has: its memory and shared-memory attachments are released)."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        if not alive(pid):
+        if _exited(pid):
             return True
         time.sleep(0.1)
-    return not alive(pid)
+    return _exited(pid)
+
+
+def _exited(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+    except (OSError, IndexError):
+        return not alive(pid)
+    return state in ("Z", "X")
+
+
+def _start_postgres(db: RulesDb, seconds: float = 60.0) -> str:
+    """Start the killed cluster as ``fraudlake rulesdb start`` would, trying again while the crashed one's leftovers
+    (its shared memory, its port) are still being released; say how many tries it took."""
+    deadline = time.monotonic() + seconds
+    tries = 1
+    while True:
+        try:
+            db.start()
+            return "" if tries == 1 else f"started at try {tries} (the crashed cluster's leftovers were still held)"
+        except RulesDbError:
+            if time.monotonic() > deadline:
+                raise
+            tries += 1
+            time.sleep(1.0)
