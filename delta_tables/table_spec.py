@@ -135,6 +135,20 @@ def create_table(
                     raise
                 log.info("table %s: %s (another writer); looking again in %.2f s", spec.name, condition, pause)
                 time.sleep(pause)
+                _refresh_snapshot(spark, path)
+
+
+def _refresh_snapshot(spark: SparkSession, path: str) -> None:
+    """Make this JVM look at the table's log again before the next ``isDeltaTable``.
+
+    ``DeltaTable.isDeltaTable`` answers from the JVM's cached ``DeltaLog`` without updating it: once it saw the
+    path while another process was half-way through its first commit (``_delta_log`` there, version 0 not yet),
+    it says "no table" until the cache expires, whatever that process committed since. A read updates the cached
+    snapshot; on a path that is still no table it fails, which is fine here."""
+    try:
+        spark.read.format("delta").load(path).schema
+    except Exception:  # noqa: BLE001 - still no table: the next attempt finds out how
+        log.debug("table at %s: not readable yet", path)
 
 
 def table_mismatches(

@@ -164,18 +164,24 @@ def test_a_table_that_is_not_the_wanted_one_is_refused_with_the_differences(
 
 
 def test_a_table_half_way_through_its_first_commit_is_waited_for(spark: SparkSession, tmp_path: Path) -> None:
-    """Another writer made ``_delta_log`` and has not committed version 0 yet: Delta refuses the create
-    (TABLE_OR_VIEW_ALREADY_EXISTS); the writer looks again until the table is there, then accepts it."""
-    path = tmp_path / "t"
+    """Another process made ``_delta_log`` and has not committed version 0 yet: Delta refuses the create
+    (TABLE_OR_VIEW_ALREADY_EXISTS); the writer looks again until the table is there, then accepts it.
+
+    The other process's commit lands from outside this JVM, in one step: its finished ``_delta_log`` (made beside)
+    is renamed over the empty one, so there is no moment without a ``_delta_log`` for this writer to create the
+    table in itself. It also shows the JVM's cached "no table here" is looked past (Delta's ``isDeltaTable``
+    answers from a cache that only a read refreshes)."""
+    path, beside = tmp_path / "t", tmp_path / "other"
     (path / "_delta_log").mkdir(parents=True)
     spec = TableSpec("t", SMALL, "a table")
+    builder = DeltaTable.create(spark).location(str(beside)).addColumns(SMALL).comment("a table")
+    for key, value in spec.all_properties().items():
+        builder = builder.property(key, value)
+    builder.execute()
+    assert not DeltaTable.isDeltaTable(spark, str(path))  # this JVM has now cached "no table at path"
 
     def finish_the_other_writers_commit() -> None:
-        (path / "_delta_log").rmdir()
-        builder = DeltaTable.create(spark).location(str(path)).addColumns(SMALL).comment("a table")
-        for key, value in spec.all_properties().items():
-            builder = builder.property(key, value)
-        builder.execute()
+        (beside / "_delta_log").rename(path / "_delta_log")  # onto the empty folder: atomic on POSIX
 
     timer = threading.Timer(1.0, finish_the_other_writers_commit)
     timer.start()
@@ -183,4 +189,4 @@ def test_a_table_half_way_through_its_first_commit_is_waited_for(spark: SparkSes
         assert create_table(spark, spec, str(path)) is False  # the other writer's table, accepted
     finally:
         timer.join()
-    assert DeltaTable.forPath(spark, str(path)).history().count() == 1
+    assert _commits(str(path)).keys() == {0}
