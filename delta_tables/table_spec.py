@@ -146,9 +146,11 @@ def _refresh_snapshot(spark: SparkSession, path: str) -> None:
     it says "no table" until the cache expires, whatever that process committed since. A read updates the cached
     snapshot; on a path that is still no table it fails, which is fine here."""
     try:
-        spark.read.format("delta").load(path).schema
-    except Exception:  # noqa: BLE001 - still no table: the next attempt finds out how
+        columns = len(spark.read.format("delta").load(path).schema.fields)
+    except Exception:  # still no table: the next attempt finds out how
         log.debug("table at %s: not readable yet", path)
+    else:
+        log.debug("table at %s: readable now (%d columns)", path, columns)
 
 
 def table_mismatches(
