@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 import pytest
-from cluster_driver import SHORT_LIVED_JVM
 from contract_scenarios import scenario
 from engine_fixtures import alerts_by_id
 from pyspark.sql import SparkSession
@@ -49,8 +48,8 @@ def test_the_contract_scenario_on_a_standalone_cluster(
         result = tmp_path / "result.json"
         driver = [sys.executable, str(REPO_ROOT / "tests" / "cluster_driver.py"), str(cluster_dir / "conf.yaml")]
         driver += [settings.lakehouse_root, str(SEED), str(BATCHES), str(result)]
-        # The driver's JVM is as short-lived as the executors (tests/cluster_driver.py): C1 only, there too.
-        env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "JDK_JAVA_OPTIONS": SHORT_LIVED_JVM}
+        # The driver's JVM gets the suite's options (tests/conftest.py: C1 only), the executors SHORT_LIVED_JVM.
+        env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
         run = subprocess.run(driver, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
         assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-5000:]
     finally:

@@ -6,7 +6,8 @@ engine runs it batch by batch; its alerts table must equal ``reference_evaluator
 transaction, key, aggregate value, shadow flag: SHADOW rules are created, promoted and demoted too), and its batch
 counts must agree with what was fed (live and shadow alerts counted apart).
 
-``make test`` runs FRAUDLAKE_CONTRACT_EXAMPLES seeds (default 4) from a fixed base, so CI is reproducible;
+``make test`` runs FRAUDLAKE_CONTRACT_EXAMPLES seeds (default 2: the short form, CI's budget) from a fixed base, so
+CI is reproducible;
 ``make contract-long`` runs many more from a random base (printed, so a failure can be replayed); a failing seed
 alone: ``FRAUDLAKE_CONTRACT_SEEDS=<seed> pytest tests/test_engine_contract_random.py``.
 """
@@ -40,7 +41,7 @@ def _seeds() -> list[int]:
     explicit = os.environ.get("FRAUDLAKE_CONTRACT_SEEDS")
     if explicit:
         return [int(s) for s in explicit.replace(",", " ").split()]
-    count = int(os.environ.get("FRAUDLAKE_CONTRACT_EXAMPLES", "4"))
+    count = int(os.environ.get("FRAUDLAKE_CONTRACT_EXAMPLES", "2"))
     base = int(os.environ.get("FRAUDLAKE_CONTRACT_BASE_SEED", str(BASE_SEED)))
     return [base + i for i in range(count)]
 
