@@ -106,7 +106,8 @@ class KafkaBroker:
             str(java),
             f"-Xmx{self.heap}",
             f"-Xms{self.heap}",
-            "-XX:+UseG1GC",
+            # No collector named: the JVM's choice (G1 on 2+ cores), and room for one set in JDK_JAVA_OPTIONS
+            # (the test suite's serial collector; two named collectors stop the JVM at start).
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={log4j}",
             f"-Dkafka.logs.dir={self.data_dir}",
