@@ -16,9 +16,9 @@ from pathlib import Path
 
 from dq_tables import BASE, alert, append, transaction
 from engine_fixtures import make_rule
+from lakehouse_template import fresh_lakehouse
 from pyspark.sql import SparkSession
 
-from delta_tables.catalog import init_lakehouse
 from pipelines.base.settings import Settings
 
 LATER = BASE + dt.timedelta(days=7)
@@ -32,7 +32,7 @@ def fixture_alert(rule_id: int, tx: str, when: dt.datetime = BASE) -> dict[str, 
 
 def two_weeks(spark: SparkSession, settings: Settings, folder: Path, *, extra_rows: tuple[str, ...] = ()) -> Path:
     """Create the lakehouse with the fixture's bronze rows and alerts; write the labels CSV; return its path."""
-    init_lakehouse(spark, settings)
+    fresh_lakehouse(spark, settings)
     txs = [transaction(f"t{i}", "10") for i in range(1, 11)]
     txs += [transaction(f"t{i}", "10", event=LATER) for i in range(11, 15)]
     append(spark, settings, "bronze_transactions", txs)

@@ -19,13 +19,14 @@ from typing import Any
 import pytest
 from chispa import assert_df_equality
 from engine_fixtures import make_rule, paused, raw_frame
+from lakehouse_template import fresh_lakehouse
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DateType, DecimalType, LongType, StringType, StructField, StructType
 from reference_evaluator import RefAlert, RefBatch, evaluate
 from rules_cdc_support import write_conf
 
-from delta_tables.catalog import all_tables, init_lakehouse
+from delta_tables.catalog import all_tables
 from delta_tables.idempotent import table_version
 from pipelines.base.settings import Settings
 from pipelines.cli import main
@@ -128,7 +129,7 @@ class History:
 @pytest.fixture(scope="module")
 def history(spark: SparkSession, base_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> History:
     settings = base_settings.with_lakehouse(str(tmp_path_factory.mktemp("backtest") / "lakehouse"))
-    init_lakehouse(spark, settings)
+    fresh_lakehouse(spark, settings)
     rng = random.Random(20240611)
     first, second = _records(rng, 0, 150), _records(rng, 1, 150)
     resent = {**first[7], "paymentAmount": Decimal("199.99"), "eventTime": first[7]["eventTime"] + MIN}

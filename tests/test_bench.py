@@ -6,10 +6,10 @@ from decimal import Decimal
 from pathlib import Path
 
 from engine_fixtures import alerts_by_id, folded_state, independent_tiles, make_rule, put_rules, raw_frame
+from lakehouse_template import fresh_lakehouse
 from pyspark.sql import SparkSession
 from reference_evaluator import RefBatch, evaluate
 
-from delta_tables.catalog import init_lakehouse
 from pipelines.base.settings import Settings
 from pipelines.bench.engine_runs import BacklogResult
 from pipelines.bench.floor import FloorResult
@@ -38,7 +38,7 @@ def _batches() -> list[list[dict[str, object]]]:
 def test_per_event_baseline_alerts_equal_the_engine_on_bucket_aligned_data(
     spark: SparkSession, settings: Settings, tmp_path: Path
 ) -> None:
-    init_lakehouse(spark, settings)
+    fresh_lakehouse(spark, settings)
     rules = [
         make_rule(1, limit=150, windowMinutes=3),
         make_rule(2, aggregatorFunctionType="COUNT", limit=2, windowMinutes=4),

@@ -22,13 +22,13 @@ import pytest
 from engine_fixtures import alerts_by_id, json_line, make_rule, put_rules
 from kafka import KafkaProducer
 from kafka.admin import KafkaAdminClient, NewTopic
+from lakehouse_template import fresh_lakehouse
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 from reference_evaluator import RefBatch, evaluate
 from reliability_support import record_outcome
 
-from delta_tables.catalog import init_lakehouse
 from pipelines.base.settings import Settings
 from pipelines.engine.job import EngineRun, start_engine
 from pipelines.engine.keys import encode_key
@@ -103,7 +103,7 @@ def test_the_engine_recovers_from_a_broker_outage_without_loss_or_duplicates(
     admin = KafkaAdminClient(bootstrap_servers=own_broker.bootstrap)
     admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])
     admin.close()
-    init_lakehouse(spark, settings)
+    fresh_lakehouse(spark, settings)
     put_rules(spark, settings, RULES)
     first, second = _records(0), _records(1)
     _produce(own_broker, topic, first)

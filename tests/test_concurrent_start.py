@@ -32,7 +32,7 @@ from rules_cdc.apply_changes import ensure_rules_tables
 ROUNDS = 4
 """Fresh lakehouses per thread test (each ~1-2 s on a quiet 2-core machine); the old code failed nearly every one."""
 
-PROCESS_ROUNDS = 3
+PROCESS_ROUNDS = 2
 """Fresh lakehouses for the two processes (two JVM starts, then a create race and a rules MERGE per lakehouse)."""
 
 SAMPLE_CREATE = REPO_ROOT / "tests" / "data" / "debezium" / "pg_create_no_schema_precise.json"

@@ -22,10 +22,10 @@ import pytest
 from console_support import fetch, running_console, visitor
 from debezium_support import own_database
 from engine_fixtures import make_rule
+from lakehouse_template import fresh_lakehouse
 from polling import wait_for
 from pyspark.sql import SparkSession
 
-from delta_tables.catalog import init_lakehouse
 from pipelines.base.settings import Settings
 from pipelines.console.rule_form import RuleFormValues
 from pipelines.console.rule_writes import RulesDbWriter, TopicWriter
@@ -42,7 +42,7 @@ def quoted(path: str) -> str:
 @pytest.fixture(scope="module")
 def lakehouse(spark: SparkSession, base_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Settings:
     settings = base_settings.with_lakehouse(str(tmp_path_factory.mktemp("console-bad-input") / "lakehouse"))
-    init_lakehouse(spark, settings)
+    fresh_lakehouse(spark, settings)
     return settings
 
 

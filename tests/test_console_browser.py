@@ -26,12 +26,12 @@ import pytest
 from console_support import CHROMIUM_ARGS, PASSWORD, Screenshots, chromium_executable, running_console
 from debezium_support import cdc_settings, own_database, running_connector
 from engine_fixtures import json_line
+from lakehouse_template import fresh_lakehouse
 from playwright.sync_api import BrowserContext, Page, sync_playwright
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from delta_tables.batch_log import log_batch
-from delta_tables.catalog import init_lakehouse
 from pipelines.base.rulesdb_settings import RulesDbSettings
 from pipelines.base.settings import Settings
 from pipelines.console.rule_form import RuleFormValues
@@ -97,7 +97,7 @@ def stack(
     rulesdb_settings = RulesDbSettings(data_dir=str(db.data_dir), port=db.effective_port(), database=db.database)
     settings = settings.model_copy(update={"rulesdb": rulesdb_settings})
     with running_connector(connect_worker, settings, db, name="console-rules"):
-        init_lakehouse(spark, settings)
+        fresh_lakehouse(spark, settings)
         rules_job = start_rules_job(spark, settings, source="kafka", once=False)
         writer = choose_writer(settings, "auto")  # the rules database answers: edits go there
         assert isinstance(writer, RulesDbWriter)
@@ -365,7 +365,7 @@ def test_a_lakehouse_without_tables_and_a_stopped_engine_get_clear_pages(
         shots.take(page, "no-tables")
 
     stopped = base_settings.with_lakehouse(str(tmp_path / "stopped"))
-    init_lakehouse(spark, stopped)
+    fresh_lakehouse(spark, stopped)
     finished = dt.datetime.now(dt.UTC).replace(tzinfo=None) - dt.timedelta(hours=2)
     log_batch(
         spark,

@@ -17,9 +17,9 @@ import pytest
 from console_support import Visitor, running_console
 from debezium_support import own_database
 from engine_fixtures import make_rule
+from lakehouse_template import fresh_lakehouse
 from pyspark.sql import SparkSession
 
-from delta_tables.catalog import init_lakehouse
 from pipelines.base.settings import Settings
 from pipelines.console.rule_form import RuleFormValues
 from pipelines.console.rule_writes import RulesDbWriter
@@ -57,7 +57,7 @@ def site(
     spark: SparkSession, rulesdb: RulesDb, base_settings: Settings, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Site]:
     settings = base_settings.with_lakehouse(str(tmp_path_factory.mktemp("console-proposals") / "lakehouse"))
-    init_lakehouse(spark, settings)  # the edit-progress page an approval lands on reads the lakehouse
+    fresh_lakehouse(spark, settings)  # the edit-progress page an approval lands on reads the lakehouse
     db = own_database(rulesdb, "fraudlake_console_proposals")
     with running_console(settings, writer=RulesDbWriter.for_database(db), spark=lambda: spark) as (server, _):
         yield Site(server.url, db)

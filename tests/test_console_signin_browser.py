@@ -18,10 +18,10 @@ import pytest
 from console_support import CHROMIUM_ARGS, PASSWORD, chromium_executable, running_console
 from debezium_support import own_database
 from engine_fixtures import make_rule
+from lakehouse_template import fresh_lakehouse
 from playwright.sync_api import BrowserContext, Page, sync_playwright
 from pyspark.sql import SparkSession
 
-from delta_tables.catalog import init_lakehouse
 from pipelines.base.settings import Settings
 from pipelines.console.rule_writes import RulesDbWriter
 from pipelines.local.ports import free_port
@@ -44,7 +44,7 @@ def site(
     spark: SparkSession, rulesdb: RulesDb, base_settings: Settings, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Site]:
     settings = base_settings.with_lakehouse(str(tmp_path_factory.mktemp("console-signin-browser") / "lakehouse"))
-    init_lakehouse(spark, settings)
+    fresh_lakehouse(spark, settings)
     db = own_database(rulesdb, "fraudlake_console_signin")
     db.sql(f"DELETE FROM fraud_rules WHERE rule_id = {RULE}; DELETE FROM rule_proposals WHERE rule_id = {RULE}")
     writer = RulesDbWriter.for_database(db)

@@ -17,10 +17,10 @@ from typing import Any
 
 from contract_scenarios import alert_differences, engine_alerts, reference_alerts
 from engine_fixtures import make_rule, paused, put_rules, raw_frame
+from lakehouse_template import fresh_lakehouse
 from pyspark.sql import SparkSession
 from reference_evaluator import RefBatch, evaluate
 
-from delta_tables.catalog import init_lakehouse
 from pipelines.base.settings import EngineSettings, Settings
 from pipelines.engine.batch_handler import BatchHandler
 from rules_cdc.rule_model import Rule, RuleState
@@ -215,7 +215,7 @@ def _transactions(rng: random.Random, batch: int, high_water: int | None, n: int
 
 def test_engine_alerts_equal_the_reference(spark: SparkSession, settings: Settings) -> None:
     settings = settings.model_copy(update={"engine": EngineSettings(retention_every_batches=2)})
-    init_lakehouse(spark, settings)
+    fresh_lakehouse(spark, settings)
     handler = BatchHandler(settings, app_id="engine-contract", report=lambda line: None)
     rng = random.Random(20240607)
     ref_batches: list[RefBatch] = []

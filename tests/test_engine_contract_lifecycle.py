@@ -26,10 +26,10 @@ from typing import Any
 import pytest
 from contract_scenarios import AlertFacts, alert_differences, engine_alerts, reference_alerts
 from engine_fixtures import folded_state, make_rule, paused, put_rules, raw_frame
+from lakehouse_template import fresh_lakehouse
 from pyspark.sql import SparkSession
 from reference_evaluator import RefBatch, evaluate
 
-from delta_tables.catalog import init_lakehouse
 from pipelines.base.settings import Settings
 from pipelines.engine.batch_handler import BatchHandler
 from rules_cdc.rule_model import Rule, RuleState
@@ -92,7 +92,7 @@ def outcome(spark: SparkSession, base_settings: Settings, tmp_path_factory: pyte
     root = tmp_path_factory.mktemp("lifecycle") / "lakehouse"
     settings = base_settings.with_lakehouse(str(root))
     settings = settings.model_copy(update={"engine": settings.engine.model_copy(update={"retention_every_batches": 1})})
-    init_lakehouse(spark, settings)
+    fresh_lakehouse(spark, settings)
     handler = BatchHandler(settings, app_id="engine-lifecycle", report=lambda _line: None)
     previous: set[int] = set()
     trimmed: set[tuple[Any, ...]] = set()

@@ -27,10 +27,10 @@ from contract_scenarios import (
     scenario_settings,
 )
 from engine_fixtures import raw_frame
+from lakehouse_template import fresh_lakehouse
 from pyspark.sql import SparkSession
 from reference_evaluator import RefBatch, evaluate
 
-from delta_tables.catalog import init_lakehouse
 from pipelines.base.settings import Settings
 from pipelines.engine.batch_handler import BatchHandler
 
@@ -52,7 +52,7 @@ def test_random_scenario_alerts_equal_the_reference(
 ) -> None:
     case = scenario(seed)
     run_settings = scenario_settings(settings, case, str(tmp_path / "lakehouse"))
-    init_lakehouse(spark, run_settings)
+    fresh_lakehouse(spark, run_settings)
     handler = BatchHandler(run_settings, app_id=f"engine-random-{seed}", report=lambda line: None)
     counted = {"alerts": 0, "shadowAlerts": 0}
     for batch_no, batch in enumerate(case.batches):

@@ -10,10 +10,10 @@ from __future__ import annotations
 from decimal import Decimal
 
 from engine_fixtures import alerts_by_id, make_rule, put_rules, raw_frame
+from lakehouse_template import fresh_lakehouse
 from pyspark.sql import SparkSession
 from reference_evaluator import RefBatch, evaluate
 
-from delta_tables.catalog import init_lakehouse
 from pipelines.base.settings import Settings
 from pipelines.engine.batch_handler import BatchHandler
 from pipelines.engine.keys import encode_key
@@ -23,7 +23,7 @@ T0 = 1_700_006_400_000  # a whole minute
 
 
 def test_a_late_row_counts_for_a_later_on_time_row_of_its_bucket(spark: SparkSession, settings: Settings) -> None:
-    init_lakehouse(spark, settings)
+    fresh_lakehouse(spark, settings)
     rule = make_rule(
         1,
         aggregatorFunctionType="COUNT",

@@ -22,11 +22,11 @@ from typing import Any
 
 import pytest
 from engine_fixtures import alerts_by_id, folded_state, independent_tiles, make_rule, put_rules, table_rows
+from lakehouse_template import fresh_lakehouse
 from pyspark.sql import SparkSession
 from reference_evaluator import RefBatch, evaluate
 from reliability_support import record_outcome, run_in_own_group
 
-from delta_tables.catalog import init_lakehouse
 from pipelines.base.settings import LAKEHOUSE_ENV, Settings
 from pipelines.engine.faults import FAULT_ENV
 from pipelines.engine.job import EngineRun, run_engine
@@ -73,7 +73,7 @@ def _landing(folder: Path) -> list[list[Transaction]]:
 
 def _lakehouse(spark: SparkSession, settings: Settings, root: Path) -> Settings:
     own = settings.with_lakehouse(str(root))
-    init_lakehouse(spark, own)
+    fresh_lakehouse(spark, own)
     put_rules(spark, own, RULES)
     return own
 

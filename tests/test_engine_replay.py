@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 from delta.tables import DeltaTable
 from engine_fixtures import alerts_by_id, folded_state, independent_tiles, make_rule, put_rules, raw_frame, table_rows
+from lakehouse_template import fresh_lakehouse
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from reference_evaluator import RefBatch, evaluate
 
 import pipelines.engine.batch_handler as batch_handler
-from delta_tables.catalog import init_lakehouse
 from delta_tables.idempotent import CommitTag, table_version
 from pipelines.base.settings import Settings
 from pipelines.engine.batch_handler import BatchHandler
@@ -54,7 +54,7 @@ def _versions(spark: SparkSession, settings: Settings) -> dict[str, int]:
 def test_replayed_batches_have_exactly_once_effects(
     spark: SparkSession, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    init_lakehouse(spark, settings)
+    fresh_lakehouse(spark, settings)
     # Batch 1 dies after its state maintenance (the backfill of r3's new state), then (re-run) after its alerts
     # append, which runs beside the bronze, state and cooldown appends; one crash per attempt.
     crashes = {1: ["maintenance", "alerts"]}

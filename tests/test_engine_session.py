@@ -11,9 +11,9 @@ from __future__ import annotations
 from decimal import Decimal
 
 from engine_fixtures import make_rule, put_rules, raw_frame
+from lakehouse_template import fresh_lakehouse
 from pyspark.sql import SparkSession
 
-from delta_tables.catalog import init_lakehouse
 from pipelines.base.settings import Settings
 from pipelines.engine.batch_handler import (
     ADAPTIVE_CONF,
@@ -30,7 +30,7 @@ CONFS = (AUTO_COMPACT_CONF, SHUFFLE_PARTITIONS_CONF, CO_PARTITION_CONF, ANSI_CON
 def test_a_batch_leaves_the_session_confs_as_it_found_them(spark: SparkSession, settings: Settings) -> None:
     engine = settings.engine.model_copy(update={"retention_every_batches": 1, "state_partitions": 3})
     settings = settings.model_copy(update={"engine": engine})  # retention (auto compaction on) in this batch
-    init_lakehouse(spark, settings)
+    fresh_lakehouse(spark, settings)
     put_rules(spark, settings, [make_rule(1, limit=10)])
     spark.conf.set(ADAPTIVE_CONF, "true")
     spark.conf.unset(AUTO_COMPACT_CONF)

@@ -12,11 +12,11 @@ import pytest
 from engine_fixtures import alerts_by_id, json_line, make_rule, put_rules
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.admin import KafkaAdminClient, NewTopic
+from lakehouse_template import fresh_lakehouse
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from reference_evaluator import RefBatch, evaluate
 
-from delta_tables.catalog import init_lakehouse
 from pipelines.base.settings import Settings
 from pipelines.engine.job import EngineRun, run_engine
 from pipelines.engine.keys import encode_key
@@ -76,7 +76,7 @@ def test_delta_table_source(spark: SparkSession, settings: Settings, tmp_path: P
         " note string"
     )
     spark.createDataFrame(rows, schema).write.format("delta").save(source)
-    init_lakehouse(spark, settings)
+    fresh_lakehouse(spark, settings)
     put_rules(spark, settings, RULES)
     run_engine(spark, settings, EngineRun(source="delta", input_path=source, once=True), report=lambda line: None)
 
@@ -106,7 +106,7 @@ def test_kafka_source_and_alerts_to_kafka(kafka_broker: KafkaBroker, spark: Spar
     producer.flush()
     producer.close()
 
-    init_lakehouse(spark, settings)
+    fresh_lakehouse(spark, settings)
     put_rules(spark, settings, RULES)
     run_engine(spark, settings, EngineRun(source="kafka", once=True, alerts_to_kafka=True), report=lambda line: None)
 

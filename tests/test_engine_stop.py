@@ -31,12 +31,12 @@ from typing import Any
 import pytest
 from engine_fixtures import alerts_by_id, json_line, make_rule, put_rules
 from kafka import KafkaProducer
+from lakehouse_template import fresh_lakehouse
 from pyspark.sql import SparkSession
 from reference_evaluator import RefBatch, evaluate
 from reliability_support import record_outcome
 from rules_cdc_support import write_conf
 
-from delta_tables.catalog import init_lakehouse
 from pipelines.base.settings import REPO_ROOT, Settings
 from pipelines.engine.job import STOP_GRACE_SECONDS, STOP_TIMEOUT_SECONDS, EngineRun, run_engine
 from pipelines.engine.keys import encode_key
@@ -151,7 +151,7 @@ def test_sigterm_on_an_engine_that_is_behind(
         path = landing / f"part-{part:02d}.jsonl"
         path.write_text("\n".join(json_line(r) for r in records) + "\n")
         os.utime(path, (1_700_000_000 + part, 1_700_000_000 + part))
-    init_lakehouse(spark, settings)
+    fresh_lakehouse(spark, settings)
     put_rules(spark, settings, RULES)
 
     engine = Engine(settings, conf, "--input", str(landing), "--max-files-per-trigger", "1")
@@ -206,7 +206,7 @@ def test_sigterm_on_an_engine_whose_broker_went_away(
         update={"kafka": kafka, "engine": settings.engine.model_copy(update={"trigger_interval_seconds": 1})}
     )
     conf = write_conf(settings, tmp_path)
-    init_lakehouse(spark, settings)
+    fresh_lakehouse(spark, settings)
     put_rules(spark, settings, RULES)
     records = _records(0, 20)
 

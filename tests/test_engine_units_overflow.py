@@ -12,10 +12,10 @@ from decimal import Decimal
 from typing import Any
 
 from engine_fixtures import alerts_by_id, folded_state, independent_tiles, make_rule, put_rules, raw_frame
+from lakehouse_template import fresh_lakehouse
 from pyspark.sql import SparkSession
 from reference_evaluator import RefBatch, evaluate
 
-from delta_tables.catalog import init_lakehouse
 from pipelines.base.settings import Settings
 from pipelines.engine.batch_handler import BatchHandler
 from pipelines.engine.keys import encode_key
@@ -37,7 +37,7 @@ def _tx(n: int, minute: int, amount: str, payer: int = 7) -> dict[str, Any]:
 def test_a_sum_beyond_64_bit_units_runs_in_decimal_and_equals_the_reference(
     spark: SparkSession, settings: Settings
 ) -> None:
-    init_lakehouse(spark, settings)
+    fresh_lakehouse(spark, settings)
     rules = [
         make_rule(1, limit=Decimal("9000000000000"), windowMinutes=30),  # SUM > 9e12: only the big sums
         make_rule(2, aggregatorFunctionType="AVG", limit=Decimal("4000000000000.125"), windowMinutes=30),

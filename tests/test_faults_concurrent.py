@@ -21,13 +21,13 @@ from typing import Any
 import pytest
 from delta.tables import DeltaTable
 from engine_fixtures import alerts_by_id, folded_state, independent_tiles, make_rule, paused, put_rules, raw_frame
+from lakehouse_template import fresh_lakehouse
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from reference_evaluator import RefBatch, evaluate
 from reliability_support import record_outcome
 
 import pipelines.engine.batch_handler as batch_handler
-from delta_tables.catalog import init_lakehouse
 from delta_tables.table_maintenance import optimize_table, vacuum_table
 from pipelines.base.settings import Settings
 from pipelines.engine.batch_handler import BatchHandler
@@ -57,7 +57,7 @@ def test_a_rules_change_committed_mid_batch_does_not_reach_that_batch(
     spark: SparkSession, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     started = time.monotonic()
-    init_lakehouse(spark, settings)
+    fresh_lakehouse(spark, settings)
     r1 = make_rule(1, limit=60, windowMinutes=3)
     r2 = make_rule(2, groupingKeyNames=[], aggregatorFunctionType="COUNT", limit=6, windowMinutes=2)
     pinned = put_rules(spark, settings, [r1, r2], tick=0)
@@ -120,7 +120,7 @@ def test_maintenance_running_beside_the_engine_fails_no_batch_or_retries_it_to_t
     spark: SparkSession, settings: Settings
 ) -> None:
     started = time.monotonic()
-    init_lakehouse(spark, settings)
+    fresh_lakehouse(spark, settings)
     rules = [
         make_rule(1, limit=60, windowMinutes=3, cooldownMinutes=1),
         make_rule(2, groupingKeyNames=[], aggregatorFunctionType="MAX", limit=70, windowMinutes=2),

@@ -25,12 +25,12 @@ import pytest
 from engine_fixtures import make_rule, put_rules
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from lakehouse_template import fresh_lakehouse
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from reliability_support import record_outcome
 from rules_cdc_support import SAMPLES, rule_event
 
-from delta_tables.catalog import init_lakehouse
 from pipelines.base.settings import Settings, load_settings
 from pipelines.engine.batch_handler import BatchHandler
 from pipelines.engine.parse_transactions import RAW_SCHEMA, flag_duplicates, parse_raw
@@ -388,7 +388,7 @@ def test_a_hostile_batch_through_the_engine_does_not_fail_and_adds_up(
     spark: SparkSession, settings: Settings, tmp_path: Path
 ) -> None:
     started = time.monotonic()
-    init_lakehouse(spark, settings)
+    fresh_lakehouse(spark, settings)
     put_rules(spark, settings, [make_rule(1, limit=100, windowMinutes=5)])
     lines = HOSTILE_TRANSACTIONS + [line.encode() for line in VALID_LINES]
     path, expected = _landed_file(tmp_path / "landing", lines, "hostile")

@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 from chispa import assert_df_equality
 from engine_fixtures import alerts_by_id, put_rules
+from lakehouse_template import fresh_lakehouse
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from reference_evaluator import RefBatch, evaluate
 
-from delta_tables.catalog import all_tables, init_lakehouse
+from delta_tables.catalog import all_tables
 from pipelines.base.settings import REPO_ROOT, Settings, load_settings
 from pipelines.cli import main
 from pipelines.engine.keys import encode_key
@@ -184,7 +185,7 @@ def test_streaming_job_notebook_then_backtest_notebook_agree(spark: SparkSession
         "windowMinutes": 30,
         "cooldownMinutes": 10,
     }
-    init_lakehouse(spark, settings)
+    fresh_lakehouse(spark, settings)
     put_rules(spark, settings, [parse_rule(rule_json, settings.transaction_schema)])
     start = 1_700_006_400_000 - 60 * 60_000  # 23:00 UTC: the 300 transactions (~100 minutes) cross midnight
     config = GeneratorConfig(seed=5, start_ms=start, events_per_second=0.05, payers=20, beneficiaries=50)

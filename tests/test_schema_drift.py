@@ -14,10 +14,10 @@ from decimal import Decimal
 from typing import Any
 
 from engine_fixtures import make_rule, put_rules, raw_frame
+from lakehouse_template import fresh_lakehouse
 from pyspark.sql import SparkSession
 from reliability_support import record_outcome
 
-from delta_tables.catalog import init_lakehouse
 from pipelines.base.settings import Settings
 from pipelines.engine.batch_handler import BatchHandler
 
@@ -48,7 +48,7 @@ def test_new_fields_are_kept_and_missing_optional_fields_do_not_fail_the_batch(
     spark: SparkSession, settings: Settings
 ) -> None:
     started = time.monotonic()
-    init_lakehouse(spark, settings)
+    fresh_lakehouse(spark, settings)
     put_rules(
         spark,
         settings,

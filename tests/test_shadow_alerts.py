@@ -25,11 +25,11 @@ from contract_scenarios import engine_alerts, reference_alerts
 from engine_fixtures import make_rule, paused, put_rules, raw_frame
 from kafka import KafkaConsumer
 from kafka.admin import KafkaAdminClient, NewTopic
+from lakehouse_template import fresh_lakehouse
 from pyspark.sql import SparkSession
 from reference_evaluator import RefBatch, evaluate
 
 from delta_tables.alerts import ALERTS, ALERTS_SCHEMA, live_alerts, shadow_alerts
-from delta_tables.catalog import init_lakehouse
 from delta_tables.table_spec import TableSpec, create_table
 from pipelines.base.settings import Settings
 from pipelines.console.alerts_data import AlertQuery, recent_alerts
@@ -89,7 +89,7 @@ def run(
     admin = KafkaAdminClient(bootstrap_servers=kafka_broker.bootstrap)
     admin.create_topics([NewTopic(topics.alerts, num_partitions=1, replication_factor=1)])
     admin.close()
-    init_lakehouse(spark, settings)
+    fresh_lakehouse(spark, settings)
     handler = BatchHandler(settings, app_id="engine-shadow", report=lambda _line: None, alerts_to_kafka=True)
     counts = []
     for batch_id, (rules, records) in enumerate(zip(TIMELINE, BATCHES, strict=True)):

@@ -34,9 +34,9 @@ import pytest
 from console_support import Visitor, running_console
 from dq_tables import alert, append, rule_row, transaction
 from engine_fixtures import make_rule
+from lakehouse_template import fresh_lakehouse
 from pyspark.sql import SparkSession
 
-from delta_tables.catalog import init_lakehouse
 from pipelines.base.settings import REPO_ROOT, Settings
 from pipelines.console.rule_writes import TopicWriter
 from pipelines.notebook_tools.runner import NOTEBOOKS_DIR, run_notebook
@@ -92,7 +92,7 @@ def _decided(alert_id: str, disposition: str, hour: int) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def lakehouse(spark: SparkSession, base_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Settings:
     settings = base_settings.with_lakehouse(str(tmp_path_factory.mktemp("shadow") / "lakehouse"))
-    init_lakehouse(spark, settings)
+    fresh_lakehouse(spark, settings)
     append(spark, settings, "rules", [rule_row(rule, f"pos-{i}") for i, rule in RULES.items()])
     txs = [f"t{i}" for i in range(1, 10)]
     append(spark, settings, "bronze_transactions", [transaction(t, "60", event=_when(t)) for t in txs])
