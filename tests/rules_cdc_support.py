@@ -38,12 +38,18 @@ def sample(name: str) -> str:
     return json.dumps(json.loads((SAMPLES / f"{name}.json").read_text()))
 
 
-def sample_pg_position(name: str) -> str:
-    """The position a PostgreSQL sample must get, read from its ``source`` by hand: the change's LSN, then the
-    last commit LSN (``sequence[0]``, 0 when null)."""
+def sample_lsns(name: str) -> tuple[int, int]:
+    """A PostgreSQL sample's ``(lsn, last commit lsn)``, read from its ``source`` by hand (``sequence[0]``, 0 when
+    null). The samples are regenerated from the real connector (test_debezium_modes, WRITE_DEBEZIUM_SAMPLES=1), so
+    tests read their positions rather than write them down."""
     document = json.loads((SAMPLES / f"{name}.json").read_text())
     source = document.get("payload", document)["source"]
-    return pg_position(int(source["lsn"]), int(json.loads(source["sequence"])[0] or 0))
+    return int(source["lsn"]), int(json.loads(source["sequence"])[0] or 0)
+
+
+def sample_pg_position(name: str) -> str:
+    """The position a PostgreSQL sample must get: the change's LSN, then the last commit LSN."""
+    return pg_position(*sample_lsns(name))
 
 
 def reshaped(name: str, *, source: dict[str, Any] | None = None, replace_source: bool = False, **after: Any) -> str:

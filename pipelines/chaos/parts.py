@@ -216,18 +216,10 @@ def _wait_gone(pid: int, seconds: float) -> bool:
     """Wait until ``pid`` has exited (a zombie has: its memory and shared-memory attachments are released)."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        if _exited(pid):
+        if not alive(pid):  # gone, or a zombie
             return True
         time.sleep(0.1)
-    return _exited(pid)
-
-
-def _exited(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
-    except (OSError, IndexError):
-        return not alive(pid)
-    return state in ("Z", "X")
+    return not alive(pid)
 
 
 def _start_postgres(db: RulesDb, seconds: float = 60.0) -> str:

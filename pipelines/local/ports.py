@@ -16,6 +16,8 @@ import socket
 import tempfile
 from pathlib import Path
 
+from pipelines.local.processes import alive
+
 # Below Linux's default ephemeral range (32768-60999) and above the well-known/registered services people run.
 _PICK_FROM = 20000
 _EPHEMERAL_FALLBACK = (32768, 60999)
@@ -39,16 +41,6 @@ def _bindable(port: int, host: str) -> bool:
         return True
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _claim(port: int) -> bool:
     """Claim ``port`` for this process; False when a live process holds the claim."""
     _CLAIMS.mkdir(mode=0o1777, exist_ok=True)
@@ -61,7 +53,7 @@ def _claim(port: int) -> bool:
                 holder = int(claim.read_text() or "0")
             except (OSError, ValueError):
                 return False  # being written this instant: someone else's
-            if holder == os.getpid() or _alive(holder):
+            if holder == os.getpid() or alive(holder):
                 return False
             claim.unlink(missing_ok=True)  # its process is gone: take it over
             continue
