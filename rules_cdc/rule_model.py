@@ -16,7 +16,7 @@ from decimal import Decimal, InvalidOperation
 from enum import StrEnum
 from typing import Any
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from pipelines.base.settings import TransactionSchema
 from rules_cdc.filter_expr import All, AnyOf, Leaf, Not, check_filter, filter_to_json, parse_filter
@@ -46,6 +46,20 @@ class Aggregator(StrEnum):
     AVG = "AVG"
     MIN = "MIN"
     MAX = "MAX"
+    COUNT_DISTINCT = "COUNT_DISTINCT"  # how many different values of the field (any type), saturating at the cap
+    VALUE = "VALUE"  # the evaluated transaction's own value of the field (its window only sizes nothing)
+
+
+class BaselineAggregator(StrEnum):
+    """What a relative limit multiplies: an aggregate of the same key's history (docs/engine.md, relative limits)."""
+
+    AVG = "AVG"
+    SUM = "SUM"
+    COUNT = "COUNT"
+
+
+MAX_DISTINCT_LIMIT = 10_000
+"""A COUNT_DISTINCT limit above this is refused: the engine keeps at most ``engine.distinct_cap`` values per tile."""
 
 
 class LimitOperator(StrEnum):
@@ -72,6 +86,50 @@ def _names(camel: str, snake: str) -> AliasChoices:
     return AliasChoices(camel, snake)
 
 
+class Baseline(BaseModel):
+    """A relative limit: the rule's ``limit`` is a factor of this aggregate of the same key's history.
+
+    The rule fires when ``aggregate OP limit * B``, with ``B`` the baseline's aggregate over the transactions of the
+    key that count for the rule in its lookback of ``window_minutes`` (same buckets, same precedence), **the
+    evaluated transaction excluded**; with ``per_window``, ``B`` is scaled to the rule's own window
+    (``B * windowMinutes / baseline.windowMinutes``: "the hourly average of the last 7 days"). With fewer than
+    ``min_count`` such transactions the rule does not fire.
+
+    Example: ``{"aggregatorFunctionType": "AVG", "windowMinutes": 43200, "minCount": 5}``
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    aggregator: BaselineAggregator = Field(validation_alias=_names("aggregatorFunctionType", "aggregator"))
+    window_minutes: int = Field(validation_alias=_names("windowMinutes", "window_minutes"), ge=1, le=MAX_WINDOW_MINUTES)
+    min_count: int = Field(1, validation_alias=_names("minCount", "min_count"), ge=0, le=1_000_000)
+    per_window: bool = Field(False, validation_alias=_names("perWindow", "per_window"))
+
+    @field_validator("aggregator", mode="before")
+    @classmethod
+    def _upper(cls, value: Any) -> Any:
+        return value.strip().upper() if isinstance(value, str) else value
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {
+            "aggregatorFunctionType": self.aggregator.value,
+            "windowMinutes": self.window_minutes,
+            "minCount": self.min_count,
+            "perWindow": self.per_window,
+        }
+
+
+def _baseline_from_json(value: Any) -> Any:
+    if isinstance(value, str):
+        if not value.strip():
+            return None
+        try:
+            value = json.loads(value)
+        except (ValueError, RecursionError):
+            raise ValueError(f"baseline must be a JSON object, got {_short(value)}") from None
+    return value
+
+
 class Rule(BaseModel):
     """One fraud rule. Field names are snake_case in Python; input accepts camelCase and snake_case."""
 
@@ -95,6 +153,29 @@ class Rule(BaseModel):
         None, validation_alias=_names("cooldownMinutes", "cooldown_minutes"), ge=0, le=MAX_WINDOW_MINUTES
     )
     disabled: bool = Field(False, validation_alias=_names("disabled", "disabled"))
+    baseline: Baseline | None = Field(None, validation_alias=_names("baseline", "baseline"))
+
+    @field_validator("baseline", mode="before")
+    @classmethod
+    def _baseline_json(cls, value: Any) -> Any:
+        return _baseline_from_json(value)
+
+    @field_validator("aggregator_function_type", mode="before")
+    @classmethod
+    def _aggregator_upper(cls, value: Any) -> Any:
+        return value.strip().upper() if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _kinds_fit(self) -> Rule:
+        aggregator = self.aggregator_function_type
+        if aggregator is Aggregator.COUNT_DISTINCT:
+            if self.baseline is not None:
+                raise ValueError("COUNT_DISTINCT takes a fixed limit, not a baseline")
+            if self.limit.copy_abs() > MAX_DISTINCT_LIMIT:
+                raise ValueError(f"a COUNT_DISTINCT limit must be at most {MAX_DISTINCT_LIMIT}")
+        if self.baseline is not None and self.baseline.window_minutes < self.window_minutes:
+            raise ValueError("baseline.windowMinutes must be at least the rule's windowMinutes")
+        return self
 
     @field_validator("rule_state", mode="before")
     @classmethod
@@ -170,18 +251,34 @@ class Rule(BaseModel):
         return self.aggregator_function_type is Aggregator.COUNT or self.aggregate_field_name == COUNT_FIELD
 
     @property
+    def counts_distinct(self) -> bool:
+        """COUNT_DISTINCT: the rule's state keeps the field's distinct values per tile."""
+        return self.aggregator_function_type is Aggregator.COUNT_DISTINCT
+
+    @property
+    def history_minutes(self) -> int:
+        """How far back the rule reads: its window, or its baseline's when longer."""
+        return max(self.window_minutes, self.baseline.window_minutes if self.baseline else 0)
+
+    @property
+    def baseline_json(self) -> str | None:
+        if self.baseline is None:
+            return None
+        return json.dumps(self.baseline.to_json_dict(), sort_keys=True, separators=(",", ":"))
+
+    @property
     def filter_json(self) -> str | None:
         return filter_to_json(self.filter)
 
     @property
     def state_signature(self) -> str:
-        """What rules sharing one bucket state have in common: grouping keys, aggregate field, filter."""
+        """What rules sharing one bucket state have in common: grouping keys, aggregate field, filter (and, for
+        COUNT_DISTINCT, that the state keeps distinct values: other states' ids are as they were before it)."""
         field = COUNT_FIELD if self.aggregate_field_name == COUNT_FIELD else self.aggregate_field_name
-        return json.dumps(
-            {"keys": list(self.grouping_key_names), "field": field, "filter": self.filter_json},
-            sort_keys=True,
-            separators=(",", ":"),
-        )
+        signature: dict[str, Any] = {"keys": list(self.grouping_key_names), "field": field, "filter": self.filter_json}
+        if self.counts_distinct:
+            signature["distinct"] = True
+        return json.dumps(signature, sort_keys=True, separators=(",", ":"))
 
     @property
     def state_id(self) -> str:
@@ -196,10 +293,16 @@ class Rule(BaseModel):
         if self.aggregate_field_name != COUNT_FIELD:
             if self.aggregate_field_name not in names:
                 raise ValueError(f"aggregateFieldName {self.aggregate_field_name!r} is not a transaction field")
-            if not schema.field(self.aggregate_field_name).is_numeric:
-                raise ValueError(f"aggregateFieldName {self.aggregate_field_name!r} is not numeric")
-        elif self.aggregator_function_type not in (Aggregator.COUNT, Aggregator.SUM):
-            raise ValueError(f"{self.aggregator_function_type} over COUNT is meaningless; use COUNT")
+            if not self.counts_distinct and not schema.field(self.aggregate_field_name).is_numeric:
+                raise ValueError(
+                    f"aggregateFieldName {self.aggregate_field_name!r} is not numeric (only COUNT_DISTINCT counts "
+                    "values of any type)"
+                )
+        else:
+            if self.aggregator_function_type not in (Aggregator.COUNT, Aggregator.SUM):
+                raise ValueError(f"{self.aggregator_function_type} over COUNT is meaningless; use COUNT")
+            if self.baseline is not None and self.baseline.aggregator is BaselineAggregator.AVG:
+                raise ValueError("a baseline AVG over COUNT is always 1; use COUNT")
         check_filter(self.filter, schema)
 
     def to_json_dict(self) -> dict[str, Any]:
@@ -217,6 +320,7 @@ class Rule(BaseModel):
             "filter": json.loads(self.filter_json) if self.filter_json else None,
             "cooldownMinutes": self.cooldown_minutes,
             "disabled": self.disabled,
+            **({"baseline": self.baseline.to_json_dict()} if self.baseline is not None else {}),
         }
 
 

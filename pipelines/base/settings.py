@@ -103,6 +103,9 @@ class EngineSettings(_Frozen):
     # The hot path's exact arithmetic: "long" = 64-bit millionths, switching a run to "decimal" (38 digits) at the
     # first overflow; "decimal" from the start (pipelines/engine/units.py).
     units: Literal["long", "decimal"] = "long"
+    # COUNT_DISTINCT: each tile keeps at most this many distinct values per key (the smallest, in text order), so a
+    # distinct count is exact up to the cap and saturates at it (docs/engine.md, "Distinct counts").
+    distinct_cap: int = Field(100, ge=2, le=10_001)
 
     @field_validator("bucket_seconds")
     @classmethod

@@ -109,7 +109,7 @@ def backtest_rule(
     states = states_of([LiveRule(candidate, source_position=None)])
     bucket_seconds = settings.engine.bucket_seconds
     bucket_ms = bucket_seconds * 1000
-    reach = reach_buckets(candidate.window_minutes, bucket_seconds)
+    reach = reach_buckets(candidate.history_minutes, bucket_seconds)
     read_from_ms = None if from_ms is None else (from_ms // bucket_ms - reach) * bucket_ms
     history = _history(spark, settings, read_from_ms=read_from_ms, to_ms=to_ms)
 

@@ -68,8 +68,14 @@ class StateSpec:
 
     @property
     def window_minutes(self) -> int:
-        """The widest window of its live (ACTIVE, PAUSED and SHADOW) rules: how much history the state keeps."""
-        return max(r.rule.window_minutes for r in self.rules)
+        """The widest window (or baseline window) of its live (ACTIVE, PAUSED and SHADOW) rules: how much history the
+        state keeps."""
+        return max(r.rule.history_minutes for r in self.rules)
+
+    @property
+    def distinct(self) -> bool:
+        """A COUNT_DISTINCT state: its tiles keep the field's distinct values (``distinctValues``)."""
+        return self.rules[0].rule.counts_distinct
 
     @property
     def active_rules(self) -> tuple[LiveRule, ...]:
