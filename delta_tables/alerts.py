@@ -54,6 +54,8 @@ ALERTS_SCHEMA = StructType(
         StructField("latencyMs", LongType(), True),
         StructField("detectedDate", DateType(), False),
         StructField("shadow", BooleanType(), True),  # a SHADOW rule's alert; null (older rows) = live
+        # A relative limit's baseline B (the key's history aggregate the limit multiplies); null for a fixed limit.
+        StructField("baselineValue", AGGREGATE_TYPE, True),
     ]
 )
 

@@ -8,7 +8,10 @@ so a lookback of any width is answered from a bounded number of rows (see pipeli
 
 ``count`` counts the transactions that pass the state's filter; ``valueCount`` those of them whose aggregate
 field is not null (``sum``/``min``/``max`` are over those). COUNT rules read ``count``, AVG reads
-``sum / valueCount``.
+``sum / valueCount``. A COUNT_DISTINCT state keeps ``distinctValues`` instead (its field may be any type): the
+tile's distinct values as text, sorted, at most the cap's smallest. Keeping the smallest ``D`` of each part is
+enough to count any union of tiles exactly up to ``D``: the ``D`` smallest values of a union are among the ``D``
+smallest of its parts, so ``min(|union of the kept|, D) = min(|union|, D)``.
 
 **Append-only**: each micro-batch *appends* its partial tiles (``append_tiles``), so one tile may have several
 rows, one per batch that touched it; a tile's value is the fold of its rows (``fold_tiles``: sums added, min of
@@ -29,14 +32,27 @@ from collections.abc import Collection, Mapping
 from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType, TimestampType
+from pyspark.sql.types import ArrayType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
 from delta_tables.idempotent import CommitTag, append_tagged, overwrite_tagged, tagged_dml
 from delta_tables.table_spec import TableSpec
 from delta_tables.transaction_types import AGGREGATE_TYPE
 
-TILE_COLUMNS = ("stateId", "keyValue", "level", "bucketStart", "sum", "count", "valueCount", "min", "max")
+TILE_COLUMNS = (
+    "stateId",
+    "keyValue",
+    "level",
+    "bucketStart",
+    "sum",
+    "count",
+    "valueCount",
+    "min",
+    "max",
+    "distinctValues",
+)
 """The columns of a tiles frame (what the engine computes; the table adds bookkeeping)."""
+
+DISTINCT_VALUES_TYPE = ArrayType(StringType(), False)
 
 BUCKET_STATE_SCHEMA = StructType(
     [
@@ -51,6 +67,10 @@ BUCKET_STATE_SCHEMA = StructType(
         StructField("max", AGGREGATE_TYPE, True),
         StructField("lastBatchId", LongType(), False),
         StructField("updatedAt", TimestampType(), False),
+        # COUNT_DISTINCT states only (null elsewhere): the tile's distinct values of the field as text, sorted, at
+        # most ``engine.distinct_cap`` of them (the smallest): see ``fold_distinct``. Last, and nullable, so that an
+        # older table gets it through ``table_spec.add_missing_columns``.
+        StructField("distinctValues", DISTINCT_VALUES_TYPE, True),
     ]
 )
 
@@ -70,19 +90,41 @@ def _in_list(column: str, values: Collection[str]) -> str:
 
 
 TILE_KEY = ("stateId", "keyValue", "level", "bucketStart")
+DEFAULT_DISTINCT_CAP = 100
+"""``engine.distinct_cap``'s default (the engine passes the conf's value)."""
 
 
-def fold_tiles(rows: DataFrame) -> DataFrame:
-    """One row per tile (TILE_KEY): the fold of its rows (sums, counts added; min of mins; max of maxes), with the
-    newest ``lastBatchId`` and ``updatedAt`` when ``rows`` has them."""
+def capped_distinct(values: Column, cap: int) -> Column:
+    """The distinct values of an array column, sorted, the ``cap`` smallest kept (null stays null)."""
+    return F.slice(F.array_sort(F.array_distinct(values)), 1, cap)
+
+
+def fold_distinct(arrays: Column, cap: int) -> Column:
+    """Aggregate: the union of a group's ``distinctValues`` arrays, capped (null when every array is null)."""
+    return F.when(F.count(arrays) > 0, capped_distinct(F.flatten(F.collect_list(arrays)), cap))
+
+
+def fold_tiles(rows: DataFrame, *, distinct_cap: int = DEFAULT_DISTINCT_CAP, distinct: bool = True) -> DataFrame:
+    """One row per tile (TILE_KEY): the fold of its rows (sums, counts added; min of mins; max of maxes; the union of
+    distinct values, capped), with the newest ``lastBatchId`` and ``updatedAt`` when ``rows`` has them.
+
+    ``distinct=False`` (no COUNT_DISTINCT state in force: the engine knows) folds ``distinctValues`` to null: the
+    fold stays a plain hash aggregation (an array aggregate makes Spark fall back to a sort-based one past a few
+    hundred keys)."""
     extra = [c for c in ("lastBatchId", "updatedAt") if c in rows.columns]
     value_type = rows.schema["sum"].dataType  # decimal(38,6) in the table; the engine's cache folds units
+    folded_distinct = (
+        fold_distinct(F.col("distinctValues"), distinct_cap)
+        if distinct and "distinctValues" in rows.columns  # absent: a table of an older release
+        else F.lit(None).cast(DISTINCT_VALUES_TYPE)
+    )
     return rows.groupBy(*TILE_KEY).agg(
         F.sum("sum").cast(value_type).alias("sum"),
         F.sum("count").alias("count"),
         F.sum("valueCount").alias("valueCount"),
         F.min("min").alias("min"),
         F.max("max").alias("max"),
+        folded_distinct.alias("distinctValues"),
         *[F.max(c).alias(c) for c in extra],
     )
 

@@ -58,6 +58,8 @@ class BaselineAggregator(StrEnum):
     COUNT = "COUNT"
 
 
+MAX_FACTOR = 1_000_000
+"""A relative limit's factor is at most this (the engine compares ``aggregate * W2`` with ``k * B * W`` exactly)."""
 MAX_DISTINCT_LIMIT = 10_000
 """A COUNT_DISTINCT limit above this is refused: the engine keeps at most ``engine.distinct_cap`` values per tile."""
 
@@ -173,8 +175,11 @@ class Rule(BaseModel):
                 raise ValueError("COUNT_DISTINCT takes a fixed limit, not a baseline")
             if self.limit.copy_abs() > MAX_DISTINCT_LIMIT:
                 raise ValueError(f"a COUNT_DISTINCT limit must be at most {MAX_DISTINCT_LIMIT}")
-        if self.baseline is not None and self.baseline.window_minutes < self.window_minutes:
-            raise ValueError("baseline.windowMinutes must be at least the rule's windowMinutes")
+        if self.baseline is not None:
+            if self.baseline.window_minutes < self.window_minutes:
+                raise ValueError("baseline.windowMinutes must be at least the rule's windowMinutes")
+            if self.limit.copy_abs() > MAX_FACTOR:
+                raise ValueError(f"with a baseline the limit is a factor: at most {MAX_FACTOR}")
         return self
 
     @field_validator("rule_state", mode="before")

@@ -40,6 +40,7 @@ EXPORT_FIELDS = (
     "latencyMs",
     "rulesVersion",
     "batchId",
+    "baselineValue",
 )
 
 
@@ -69,6 +70,7 @@ def alert_rows(
         (F.unix_millis(detected) - F.unix_millis("ingestedAt")).alias("latencyMs"),
         F.to_date(detected).alias("detectedDate"),
         F.col("shadow") if "shadow" in emitted.columns else F.lit(False).alias("shadow"),
+        F.col("baselineValue") if "baselineValue" in emitted.columns else F.lit(None).alias("baselineValue"),
     )
     return frame.select(*[F.col(f.name).cast(f.dataType) for f in ALERTS_SCHEMA.fields])
 

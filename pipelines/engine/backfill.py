@@ -7,7 +7,7 @@ the normal path afterwards, so a backfilled state ends the batch exactly like an
 
 Example::
 
-    tiles = backfill_tiles(bronze_at_version, [state], bucket_ms=60_000, from_ms=horizon)
+    tiles = backfill_tiles(bronze_at_version, [state], bucket_ms=60_000, from_ms=horizon, distinct_cap=100)
 """
 
 from __future__ import annotations
@@ -21,10 +21,13 @@ from pipelines.engine.buckets import tag_rows, tiles
 from pipelines.engine.states import StateSpec
 
 
-def backfill_tiles(bronze: DataFrame, states: Sequence[StateSpec], *, bucket_ms: int, from_ms: int) -> DataFrame:
+def backfill_tiles(
+    bronze: DataFrame, states: Sequence[StateSpec], *, bucket_ms: int, from_ms: int, distinct_cap: int
+) -> DataFrame:
     """TILE_COLUMNS for ``states`` from the bronze rows with ``eventTime >= from_ms``."""
     since = F.timestamp_millis(F.lit(from_ms))
     rows = bronze.where((F.col("eventDate") >= F.to_date(since)) & (F.col("eventTime") >= since)).withColumn(
         "eventTimeMs", F.unix_millis("eventTime")
     )
-    return tiles(tag_rows(rows, states, bucket_ms=bucket_ms, keep=("transactionId",)), bucket_ms=bucket_ms)
+    tagged = tag_rows(rows, states, bucket_ms=bucket_ms, keep=("transactionId",))
+    return tiles(tagged, bucket_ms=bucket_ms, distinct_cap=distinct_cap)

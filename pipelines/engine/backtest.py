@@ -42,12 +42,12 @@ from delta_tables.bucket_state import BUCKET_STATE_SCHEMA, TILE_COLUMNS
 from pipelines.base.settings import Settings
 from pipelines.engine.buckets import tag_rows, tiles
 from pipelines.engine.cooldown import apply_cooldown
-from pipelines.engine.evaluate import candidate_alerts, reach_buckets, rules_frame, running_in_bucket
+from pipelines.engine.evaluate import candidate_alerts, has_baselines, reach_buckets, rules_frame, running_in_bucket
 from pipelines.engine.states import LiveRule, states_of
 from pipelines.engine.units import AGGREGATE_FIELDS, WIDE_UNITS
 from rules_cdc.rule_model import Rule, RuleState
 
-BACKTEST_COLUMNS = ("ruleId", "transactionId", "keyValue", "eventTime", "aggregateValue", "limit")
+BACKTEST_COLUMNS = ("ruleId", "transactionId", "keyValue", "eventTime", "aggregateValue", "limit", "baselineValue")
 """The columns of ``backtest_rule``'s result: one row per alert the candidate would have raised."""
 PER_DAY_COLUMNS = ("day", "alerts", "keys")
 _TILES_SCHEMA = StructType(
@@ -120,7 +120,16 @@ def backtest_rule(
         running = running.where(F.col("eventTimeMs") >= from_ms)
     rules = rules_frame(spark, states, bucket_seconds=bucket_seconds, units=WIDE_UNITS)
     no_prior = spark.createDataFrame([], _TILES_SCHEMA)
-    alerts = candidate_alerts(running, rules, no_prior, tiles(tagged, bucket_ms=bucket_ms), bucket_ms=bucket_ms)
+    cap = settings.engine.distinct_cap
+    alerts = candidate_alerts(
+        running,
+        rules,
+        no_prior,
+        tiles(tagged, bucket_ms=bucket_ms, distinct_cap=cap),
+        bucket_ms=bucket_ms,
+        distinct_cap=cap if candidate.counts_distinct else None,
+        relative=has_baselines(states),
+    )
     if candidate.cooldown_minutes:
         alerts = apply_cooldown(alerts, spark.createDataFrame([], ALERT_COOLDOWN_SCHEMA))
     return alerts.select(*BACKTEST_COLUMNS)

@@ -34,7 +34,7 @@ from pipelines.engine.batch_run import BatchRun, BatchStats, utcnow
 from pipelines.engine.batch_writes import BatchWrites
 from pipelines.engine.buckets import co_partitioned, tag_rows, tiles
 from pipelines.engine.cooldown import apply_cooldown, last_alert_times
-from pipelines.engine.evaluate import candidate_alerts, rules_frame, running_in_bucket
+from pipelines.engine.evaluate import candidate_alerts, has_baselines, rules_frame, running_in_bucket
 from pipelines.engine.latency import (
     ALERT_PREFIX,
     COMMITTED_AT,
@@ -83,7 +83,9 @@ def evaluate_batch(
     # Materialized (a local checkpoint): the append and the evaluation read it, then the state cache keeps it.
     stamp = run.constants.select(F.col("batchId").alias("lastBatchId"), F.col("batchStartedAt").alias("updatedAt"))
     batch_tiles = materialize(
-        with_coordinates(tiles(tagged, bucket_ms=bucket_ms), bucket_ms=bucket_ms).crossJoin(F.broadcast(stamp))
+        with_coordinates(
+            tiles(tagged, bucket_ms=bucket_ms, distinct_cap=engine.distinct_cap), bucket_ms=bucket_ms
+        ).crossJoin(F.broadcast(stamp))
     )
     state_cache.ensure(spark, run.state_version)
     writes.append(
@@ -100,7 +102,17 @@ def evaluate_batch(
     # Late rows are not evaluated but count for the rows after them, also within their bucket.
     running = running_in_bucket(tagged.where(F.col("stateId").isin(*active_ids))).where(~F.col("isLate"))
     active_tiles = batch_tiles.where(F.col("stateId").isin(*active_ids))
-    emitted = materialize(candidate_alerts(running, rules, prior, active_tiles, bucket_ms=bucket_ms))
+    distinct_cap = engine.distinct_cap if any(s.distinct for s in active) else None
+    candidates = candidate_alerts(
+        running,
+        rules,
+        prior,
+        active_tiles,
+        bucket_ms=bucket_ms,
+        distinct_cap=distinct_cap,
+        relative=has_baselines(active),
+    )
+    emitted = materialize(candidates)
     run.cached.append(emitted)
     if any(r.rule.cooldown_minutes for s in active for r in s.evaluated_rules):
         memory_cache.ensure(spark, run.cooldown_version)

@@ -93,9 +93,14 @@ class BatchHandler:
         bucket_ms = settings.engine.bucket_seconds * 1000
         self._layout: int | None = None  # hash partitions of the hot path's frames (``co_partitioned``)
         self._units = UNIT_TYPES[settings.engine.units]  # the hot path's arithmetic (``pipelines.engine.units``)
+        self._distinct_cap = settings.engine.distinct_cap
+        # Whether a COUNT_DISTINCT state is in force (set per batch): the cache folds distinct values only then.
+        self._distinct = False
         self._state = TableCache(
             self.paths.bucket_state,
-            fold=lambda rows: with_coordinates(fold_tiles(rows), bucket_ms=bucket_ms),
+            fold=lambda rows: with_coordinates(
+                fold_tiles(rows, distinct_cap=self._distinct_cap, distinct=self._distinct), bucket_ms=bucket_ms
+            ),
             columns=STATE_ROWS,
             layout=lambda rows: co_partitioned(tiles_from_table(rows, self._units), self._partitions()),
         )
@@ -165,6 +170,7 @@ class BatchHandler:
             if stats.rows == 0 and not attempt.committed:
                 return {}
             pins, states = self._pin(spark, attempt, previous, m_before)
+            self._distinct = any(s.distinct for s in states)
             crash_point("pinned", batch_id)  # not a write: a hook for tests (reads pinned, nothing evaluated)
             steps.done("plan")
             run = BatchRun(

@@ -21,7 +21,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType
 
-from delta_tables.bucket_state import TILE_COLUMNS
+from delta_tables.bucket_state import DEFAULT_DISTINCT_CAP, DISTINCT_VALUES_TYPE, TILE_COLUMNS, capped_distinct
 from delta_tables.transaction_types import AGGREGATE_TYPE
 from pipelines.engine.keys import key_column
 from pipelines.engine.states import StateSpec
@@ -49,9 +49,15 @@ def bucket_index(event_time_ms: Column, bucket_ms: int) -> Column:
     return floor_div(event_time_ms, bucket_ms)
 
 
-def _state_entry(state: StateSpec, types: Mapping[str, DataType], units: DataType | None) -> Column:
+def _state_entry(
+    state: StateSpec, types: Mapping[str, DataType], units: DataType | None, *, with_distinct: bool
+) -> Column:
     value_type = AGGREGATE_TYPE if units is None else units
-    if state.aggregate_field is None:
+    distinct: list[Column] = []
+    if with_distinct:
+        text = F.col(state.aggregate_field).cast("string") if state.distinct and state.aggregate_field else None
+        distinct = [(text if text is not None else F.lit(None).cast("string")).alias("distinct")]
+    if state.aggregate_field is None or state.distinct:  # a distinct state's field may be of any type: no value
         value = F.lit(None).cast(value_type)
     elif units is None:
         value = F.col(state.aggregate_field).cast(AGGREGATE_TYPE)
@@ -61,6 +67,7 @@ def _state_entry(state: StateSpec, types: Mapping[str, DataType], units: DataTyp
         F.lit(state.state_id).alias("stateId"),
         key_column(state.grouping_key_names, types).alias("keyValue"),
         value.alias("value"),
+        *distinct,
     )
     return F.when(compile_filter(state.filter), entry)
 
@@ -73,7 +80,8 @@ def tag_rows(
     keep: Sequence[str],
     units: DataType | None = None,
 ) -> DataFrame:
-    """One row per (transaction, state whose filter it passes): ``keep`` columns + stateId, keyValue, bucket, value.
+    """One row per (transaction, state whose filter it passes): ``keep`` columns + stateId, keyValue, bucket, value
+    (and ``distinct`` when a state is a COUNT_DISTINCT one: the field's value as text there, null elsewhere).
 
     ``transactions`` needs ``eventTimeMs`` and every field the states name. A transaction passing no filter
     yields no row; one whose aggregate field is null still counts (``value`` null) for COUNT rules. ``value`` is
@@ -82,7 +90,11 @@ def tag_rows(
     if not states:
         raise ValueError("tag_rows needs at least one state")
     types = {field.name: field.dataType for field in transactions.schema.fields}
-    entries = F.filter(F.array(*[_state_entry(s, types, units) for s in states]), lambda e: e.isNotNull())
+    with_distinct = any(s.distinct for s in states)
+    entries = F.filter(
+        F.array(*[_state_entry(s, types, units, with_distinct=with_distinct) for s in states]),
+        lambda e: e.isNotNull(),
+    )
     exploded = transactions.select(*keep, "eventTimeMs", F.explode(entries).alias("_s"))
     return exploded.select(
         *keep,
@@ -93,6 +105,7 @@ def tag_rows(
         F.coalesce(F.col("_s.keyValue"), F.lit("")).alias("keyValue"),
         bucket_index(F.col("eventTimeMs"), bucket_ms).alias("bucket"),
         F.col("_s.value").alias("value"),
+        *([F.col("_s.distinct").alias("distinct")] if with_distinct else []),
     )
 
 
@@ -114,18 +127,21 @@ def co_partitioned(frame: DataFrame, partitions: int) -> DataFrame:
     return frame.repartition(partitions, *STATE_KEY)
 
 
-def tiles(tagged: DataFrame, *, bucket_ms: int) -> DataFrame:
-    """Sum, count, valueCount, min, max per (state, key, level, tile) for every level (TILE_COLUMNS).
+def tiles(tagged: DataFrame, *, bucket_ms: int, distinct_cap: int = DEFAULT_DISTINCT_CAP) -> DataFrame:
+    """Sum, count, valueCount, min, max per (state, key, level, tile) for every level (TILE_COLUMNS); the distinct
+    values (capped: ``bucket_state.fold_distinct``) where ``tagged`` has a ``distinct`` column, else null.
 
     One aggregation: each row is counted once per level (``explode`` of its tile at each level).
     """
+    with_distinct = "distinct" in tagged.columns
     levels = F.array(
         *[
             F.struct(F.lit(lvl).alias("level"), floor_div(F.col("bucket"), size).alias("tile"))
             for lvl, size in enumerate(LEVEL_SIZES)
         ]
     )
-    exploded = tagged.select("stateId", "keyValue", "value", F.explode(levels).alias("_t"))
+    carried = ["distinct"] if with_distinct else []
+    exploded = tagged.select("stateId", "keyValue", "value", *carried, F.explode(levels).alias("_t"))
     # level and tile are never null; declared so (see ``co_partitioned``).
     level, tile = F.coalesce(F.col("_t.level"), F.lit(0)), F.coalesce(F.col("_t.tile"), F.lit(0).cast("long"))
     grouped = exploded.groupBy("stateId", "keyValue", level.alias("level"), tile.alias("tile"))
@@ -137,6 +153,11 @@ def tiles(tagged: DataFrame, *, bucket_ms: int) -> DataFrame:
         F.count("value").alias("valueCount"),
         F.min("value").alias("min"),
         F.max("value").alias("max"),
+        (
+            F.when(F.count("distinct") > 0, capped_distinct(F.collect_set("distinct"), distinct_cap))
+            if with_distinct
+            else F.lit(None).cast(DISTINCT_VALUES_TYPE)
+        ).alias("distinctValues"),
     )
     return aggregated.withColumn("bucketStart", F.col("tile") * sizes).select(*TILE_COLUMNS)
 

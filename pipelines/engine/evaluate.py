@@ -43,12 +43,13 @@ from pipelines.engine.states import StateSpec
 from pipelines.engine.units import (
     LONG_UNITS,
     UNITS_PER_ONE,
+    WIDE_UNITS,
     average,
     limit_bounds,
     limit_sign,
     units_to_decimal,
 )
-from rules_cdc.rule_model import LimitOperator
+from rules_cdc.rule_model import COUNT_FIELD, LimitOperator, Rule
 
 _RULE_FIELDS = [
     StructField("stateId", StringType(), False),
@@ -65,8 +66,18 @@ _RULE_FIELDS = [
     StructField("ruleSnapshot", StringType(), False),
     StructField("ruleSourcePosition", StringType(), True),
     StructField("shadow", BooleanType(), False),  # a SHADOW rule: its alerts are recorded, never acted on
+    # A relative limit (``Rule.baseline``), null without: the baseline's reach, what it aggregates
+    # (BASELINE_CODES), the history it needs, and the per-window scale W / W2 (1 / 1 without perWindow).
+    StructField("baselineReach", LongType(), True),
+    StructField("baselineCode", IntegerType(), True),
+    StructField("baselineMinCount", LongType(), True),
+    StructField("baselineScaleNum", LongType(), True),
+    StructField("baselineScaleDen", LongType(), True),
 ]
-AGGREGATOR_CODES = {name: code for code, name in enumerate(("COUNT", "SUM", "AVG", "MIN", "MAX"))}
+AGGREGATOR_CODES = {
+    name: code for code, name in enumerate(("COUNT", "SUM", "AVG", "MIN", "MAX", "COUNT_DISTINCT", "VALUE"))
+}
+BASELINE_CODES = {"COUNT": 0, "SUM": 1, "AVG": 2}
 
 
 def rules_schema(units: DataType) -> StructType:
@@ -93,6 +104,7 @@ def rules_frame(
         for live in state.evaluated_rules:
             rule = live.rule
             bounds = limit_bounds(rule.limit, units)
+            baseline = rule.baseline
             rows.append(
                 (
                     state.state_id,
@@ -109,6 +121,11 @@ def rules_frame(
                     live.snapshot,
                     live.source_position,
                     live.shadow,
+                    None if baseline is None else reach_buckets(baseline.window_minutes, bucket_seconds),
+                    None if baseline is None else _baseline_code(rule),
+                    None if baseline is None else baseline.min_count,
+                    None if baseline is None else (rule.window_minutes if baseline.per_window else 1),
+                    None if baseline is None else (baseline.window_minutes if baseline.per_window else 1),
                     _unit_value(bounds.floor, units),
                     _unit_value(bounds.ceiling, units),
                     bounds.sign,
@@ -117,13 +134,27 @@ def rules_frame(
     return local_frame(spark, rows, rules_schema(units))  # no Python RDD: no Python worker
 
 
+def _baseline_code(rule: Rule) -> int:
+    """What the baseline aggregates; over the COUNT pseudo-field a SUM is the count."""
+    assert rule.baseline is not None
+    name = rule.baseline.aggregator.value
+    if rule.aggregate_field_name == COUNT_FIELD and name == "SUM":
+        name = "COUNT"
+    return BASELINE_CODES[name]
+
+
+def has_baselines(states: Sequence[StateSpec]) -> bool:
+    """Whether an evaluated rule of these states has a relative limit (the evaluation then joins baselines)."""
+    return any(live.rule.baseline is not None for state in states for live in state.evaluated_rules)
+
+
 def _unit_value(value: int, units: DataType) -> int | Decimal:
     return value if isinstance(units, LongType) else Decimal(value)
 
 
 def running_in_bucket(tagged: DataFrame) -> DataFrame:
-    """Add ``cSum, cCount, cValueCount, cMin, cMax``: the batch's rows of the same (state, key, bucket) up to
-    and including this one, in (eventTimeMs, transactionId) order."""
+    """Add ``cSum, cCount, cValueCount, cMin, cMax`` (and ``cDistinct`` where rows carry ``distinct``): the batch's
+    rows of the same (state, key, bucket) up to and including this one, in (eventTimeMs, transactionId) order."""
     # The hash first: Spark sorts by the partition keys, then the order keys, comparing an 8-byte prefix of the first
     # key before the whole rows; a hash tells rows apart where the state id (a few values) and key texts would not.
     upto = (
@@ -131,15 +162,16 @@ def running_in_bucket(tagged: DataFrame) -> DataFrame:
         .orderBy("eventTimeMs", "transactionId")
         .rowsBetween(Window.unboundedPreceding, Window.currentRow)
     )
-    return tagged.withColumns(
-        {
-            "cSum": F.sum("value").over(upto),
-            "cCount": F.count(F.lit(1)).over(upto),
-            "cValueCount": F.count("value").over(upto),
-            "cMin": F.min("value").over(upto),
-            "cMax": F.max("value").over(upto),
-        }
-    )
+    running = {
+        "cSum": F.sum("value").over(upto),
+        "cCount": F.count(F.lit(1)).over(upto),
+        "cValueCount": F.count("value").over(upto),
+        "cMin": F.min("value").over(upto),
+        "cMax": F.max("value").over(upto),
+    }
+    if "distinct" in tagged.columns:  # a COUNT_DISTINCT state in force: its values so far (not capped: one bucket)
+        running["cDistinct"] = F.collect_set("distinct").over(upto)
+    return tagged.withColumns(running)
 
 
 def _plus(a: Column, b: Column) -> Column:
@@ -164,9 +196,11 @@ def holds(units: Column) -> Column:
     return F.coalesce(F.array_contains(F.col("acceptedSigns"), sign), F.lit(False))
 
 
-def aggregate_units(joined: DataFrame, units: DataType) -> DataFrame:
+def aggregate_units(joined: DataFrame, units: DataType, *, distinct_cap: int | None = None) -> DataFrame:
     """Add ``aggregateUnits`` (the aggregate in ``units``) from the range (``r*``) and running (``c*``) parts,
-    all in units: COUNT from the counts, SUM the sums, AVG their quotient HALF_UP, MIN/MAX the least/greatest."""
+    all in units: COUNT from the counts, SUM the sums, AVG their quotient HALF_UP, MIN/MAX the least/greatest,
+    COUNT_DISTINCT the size of the union of the distinct values (with ``distinct_cap``: saturating at it), VALUE
+    the row's own value."""
     total_count = F.coalesce(F.col("rCount"), F.lit(0)) + F.col("cCount")
     value_count = F.coalesce(F.col("rValueCount"), F.lit(0)) + F.col("cValueCount")
     total_sum = _plus(F.col("rSum"), F.col("cSum"))
@@ -177,12 +211,53 @@ def aggregate_units(joined: DataFrame, units: DataType) -> DataFrame:
         .when(code == AGGREGATOR_CODES["AVG"], average(total_sum, value_count, units))
         .when(code == AGGREGATOR_CODES["MIN"], F.least("rMin", "cMin"))
         .when(code == AGGREGATOR_CODES["MAX"], F.greatest("rMax", "cMax"))
+        .when(code == AGGREGATOR_CODES["VALUE"], F.col("value"))
     )
+    if distinct_cap is not None:
+        union = F.array_distinct(F.concat(F.coalesce(F.col("rDistinct"), F.array()), F.col("cDistinct")))
+        distinct = F.least(F.size(union), F.lit(distinct_cap)).cast("long") * F.lit(UNITS_PER_ONE)
+        value = value.when(code == AGGREGATOR_CODES["COUNT_DISTINCT"], distinct.cast(units))
     return joined.withColumn("aggregateUnits", value.cast(units))
+
+
+def baseline_units(joined: DataFrame, units: DataType) -> DataFrame:
+    """Add ``baselineCount`` (n) and ``baselineUnits`` (B in units) of the relative rules' rows: the baseline range
+    (``b*``, prior and batch tiles over the baseline's reach) plus the running part, **the row itself taken out**
+    (its value and its count): the history before the evaluated transaction. Null for rules without a baseline."""
+    count = F.coalesce(F.col("bCount"), F.lit(0)) + F.col("cCount") - F.lit(1)
+    own_value = F.col("value").isNotNull().cast("long")
+    value_count = F.coalesce(F.col("bValueCount"), F.lit(0)) + F.col("cValueCount") - own_value
+    total = F.coalesce(_plus(F.col("bSum"), F.col("cSum")), F.lit(0).cast(units)) - F.coalesce(
+        F.col("value"), F.lit(0).cast(units)
+    )
+    code = F.col("baselineCode")
+    baseline = (
+        F.when(code == BASELINE_CODES["COUNT"], (count * F.lit(UNITS_PER_ONE)).cast(units))
+        .when(code == BASELINE_CODES["SUM"], total)
+        .when(code == BASELINE_CODES["AVG"], average(total, value_count, units))
+    )
+    relative = F.col("baselineCode").isNotNull()
+    return joined.withColumns(
+        {"baselineCount": F.when(relative, count), "baselineUnits": F.when(relative, baseline.cast(units))}
+    )
+
+
+def holds_relative(units: Column) -> Column:
+    """A relative rule's condition: ``n >= minCount`` and ``aggregate OP k * B * num / den``, compared exactly as
+    ``aggregate * den * 10^6  vs  k_units * B_units * num`` in 38-digit integers (k in units is exact: a limit has
+    at most 6 decimals). Null (no baseline value) never holds."""
+    wide = WIDE_UNITS
+    left = units.cast(wide) * F.col("baselineScaleDen").cast(wide) * F.lit(UNITS_PER_ONE).cast(wide)
+    right = F.col("limitFloor").cast(wide) * F.col("baselineUnits").cast(wide) * F.col("baselineScaleNum").cast(wide)
+    sign = F.when(left > right, F.lit(1)).when(left < right, F.lit(-1)).when(left == right, F.lit(0))
+    enough = F.col("baselineCount") >= F.col("baselineMinCount")
+    return F.coalesce(enough & F.array_contains(F.col("acceptedSigns"), sign), F.lit(False))
 
 
 LIMIT_CHECK_COLUMNS = ("countsTransactions", "aggregator", "acceptedSigns", "limitFloor", "limitCeiling", "limitSign")
 """The rule columns ``aggregate_units`` and ``holds`` read."""
+BASELINE_COLUMNS = ("baselineReach", "baselineCode", "baselineMinCount", "baselineScaleNum", "baselineScaleDen")
+"""The rule columns of a relative limit (carried by the fan-out only when a rule in force has one)."""
 RULE_EVALUATION_COLUMNS = ("stateId", "reach", "ruleId", *LIMIT_CHECK_COLUMNS, "cooldownMs")
 """What the fan-out of rows to rules carries per (row, rule); the rest of a rule's columns (its snapshot text
 above all) join only the candidates that meet their limit."""
@@ -198,17 +273,29 @@ POINT_COLUMNS = (
     "cValueCount",
     "cMin",
     "cMax",
+    "distinct",
+    "cDistinct",
 )
+_BASELINE_RANGE = {"rSum": "bSum", "rCount": "bCount", "rValueCount": "bValueCount"}
 
 
-def evaluate(points: DataFrame, ranges: DataFrame, rules: DataFrame) -> DataFrame:
+def evaluate(
+    points: DataFrame,
+    ranges: DataFrame,
+    rules: DataFrame,
+    *,
+    distinct_cap: int | None = None,
+    relative: bool = False,
+) -> DataFrame:
     """Candidate alerts: every (transaction, evaluated rule of its state it counts for) whose aggregate meets the
     limit (``shadow`` tells a SHADOW rule's candidates).
 
     ``points``: in-time tagged rows with the running columns (values in units), once per distinct ``reach`` of
-    their state's rules; ``ranges``: ``lookback.range_aggregates`` of those points; ``rules``: ``rules_frame``
-    (small, broadcast). The candidates carry ``aggregateValue`` as decimal(38,6). Cooldowns are applied afterwards
-    (``cooldown``).
+    their state's rules; ``ranges``: ``lookback.range_aggregates`` of those points (and, with ``relative``, of the
+    same rows at each baseline's reach); ``rules``: ``rules_frame`` (small, broadcast). ``distinct_cap``: a
+    COUNT_DISTINCT rule is in force (points and ranges carry distinct values). The candidates carry
+    ``aggregateValue`` (and ``baselineValue``, null without a baseline) as decimal(38,6). Cooldowns are applied
+    afterwards (``cooldown``).
     """
     # Ranges are per (point, reach), not per rule: they are joined to the rows once per reach, then the rows fan
     # out to the rules (a broadcast join, no shuffle). Joining the rules first would move rows x rules (5x more
@@ -217,21 +304,60 @@ def evaluate(points: DataFrame, ranges: DataFrame, rules: DataFrame) -> DataFram
     units = rules.schema["limitFloor"].dataType
     lean = points.select(*[c for c in POINT_COLUMNS if c in points.columns])  # a backtest has no ingestedAt
     with_ranges = lean.join(ranges.hint("shuffle_hash"), list(POINT_KEYS), "left")  # no sort of either side
-    per_rule = with_ranges.join(F.broadcast(rules.select(*RULE_EVALUATION_COLUMNS)), ["stateId", "reach"]).where(
-        F.col("countsTransactions") | F.col("value").isNotNull()
-    )
-    met = aggregate_units(per_rule, units).where(holds(F.col("aggregateUnits")))
-    described = rules.drop(*[c for c in RULE_EVALUATION_COLUMNS if c != "ruleId"])
+    rule_columns = [*RULE_EVALUATION_COLUMNS, *(BASELINE_COLUMNS if relative else ())]
+    counts = F.col("countsTransactions") | F.col("value").isNotNull()
+    if "distinct" in points.columns:
+        counts = counts | F.col("distinct").isNotNull()
+    per_rule = with_ranges.join(F.broadcast(rules.select(*rule_columns)), ["stateId", "reach"]).where(counts)
+    aggregated = aggregate_units(per_rule, units, distinct_cap=distinct_cap)
+    if relative:
+        baseline_ranges = ranges.select(
+            "stateId",
+            "keyValue",
+            "bucket",
+            F.col("reach").alias("baselineReach"),
+            *[F.col(r).alias(b) for r, b in _BASELINE_RANGE.items()],
+        )
+        keys = ["stateId", "keyValue", "bucket", "baselineReach"]
+        aggregated = baseline_units(aggregated.join(baseline_ranges.hint("shuffle_hash"), keys, "left"), units)
+        met = aggregated.where(
+            F.when(F.col("baselineCode").isNull(), holds(F.col("aggregateUnits"))).otherwise(
+                holds_relative(F.col("aggregateUnits"))
+            )
+        ).withColumn("baselineValue", units_to_decimal(F.col("baselineUnits")))
+    else:
+        met = aggregated.where(holds(F.col("aggregateUnits"))).withColumn(
+            "baselineValue", F.lit(None).cast(AGGREGATE_TYPE)
+        )
+    described = rules.drop(*[c for c in (*RULE_EVALUATION_COLUMNS, *BASELINE_COLUMNS) if c != "ruleId"])
     return met.join(F.broadcast(described), "ruleId").withColumn(
         "aggregateValue", units_to_decimal(F.col("aggregateUnits"))
     )
 
 
 def candidate_alerts(
-    running: DataFrame, rules: DataFrame, prior_tiles: DataFrame, batch_tiles: DataFrame, *, bucket_ms: int
+    running: DataFrame,
+    rules: DataFrame,
+    prior_tiles: DataFrame,
+    batch_tiles: DataFrame,
+    *,
+    bucket_ms: int,
+    distinct_cap: int | None = None,
+    relative: bool = False,
 ) -> DataFrame:
     """``evaluate`` over the lookbacks of ``running``'s (state, key, bucket) points: the engine's and the backtest's
-    one evaluation chain. ``running``: rows to evaluate with their running columns (``running_in_bucket``)."""
-    points = running.join(F.broadcast(rules.select("stateId", "reach").distinct()), "stateId")
-    ranges = range_aggregates(points.select(*POINT_KEYS).distinct(), prior_tiles, batch_tiles, bucket_ms=bucket_ms)
-    return evaluate(points, ranges, rules)
+    one evaluation chain. ``running``: rows to evaluate with their running columns (``running_in_bucket``).
+    ``distinct_cap``: a COUNT_DISTINCT rule is in force (``engine.distinct_cap``); ``relative``: a rule with a
+    baseline is (its ranges are computed at the baseline's reach too)."""
+    reaches = rules.select("stateId", "reach")
+    points = running.join(F.broadcast(reaches.distinct()), "stateId")
+    ranged = points.select(*POINT_KEYS)
+    if relative:
+        baselines = rules.where(F.col("baselineReach").isNotNull()).select(
+            "stateId", F.col("baselineReach").alias("reach")
+        )
+        ranged = ranged.unionByName(running.join(F.broadcast(baselines.distinct()), "stateId").select(*POINT_KEYS))
+    ranges = range_aggregates(
+        ranged.distinct(), prior_tiles, batch_tiles, bucket_ms=bucket_ms, distinct_cap=distinct_cap
+    )
+    return evaluate(points, ranges, rules, distinct_cap=distinct_cap, relative=relative)

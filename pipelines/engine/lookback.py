@@ -25,6 +25,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from delta_tables.bucket_state import fold_distinct
 from pipelines.engine.buckets import LEVEL_FANOUT, LEVEL_SIZES, TOP_LEVEL, floor_div
 
 POINT_KEYS = ("stateId", "keyValue", "bucket", "reach")
@@ -90,9 +91,10 @@ def with_coordinates(tiles: DataFrame, *, bucket_ms: int) -> DataFrame:
     return with_tile.withColumn("parent", F.coalesce(parent, F.lit(0).cast("long")))
 
 
-def tile_coordinates(tiles: DataFrame, *, bucket_ms: int, prior: bool) -> DataFrame:
-    """The probe-join side of tiles: key, level, ``tile``, ``parent``, the aggregates and ``isPrior``. Tiles that
-    already carry their coordinates (the engine's cached state) are not computed again."""
+def tile_coordinates(tiles: DataFrame, *, bucket_ms: int, prior: bool, distinct: bool = False) -> DataFrame:
+    """The probe-join side of tiles: key, level, ``tile``, ``parent``, the aggregates (``distinctValues`` too with
+    ``distinct``) and ``isPrior``. Tiles that already carry their coordinates (the engine's cached state) are not
+    computed again."""
     if not set(COORDINATES) <= set(tiles.columns):
         tiles = with_coordinates(tiles, bucket_ms=bucket_ms)
     return tiles.select(
@@ -106,19 +108,29 @@ def tile_coordinates(tiles: DataFrame, *, bucket_ms: int, prior: bool) -> DataFr
         "valueCount",
         "min",
         "max",
+        *(["distinctValues"] if distinct else []),
         F.lit(prior).alias("isPrior"),
     )
 
 
-def range_aggregates(points: DataFrame, prior_tiles: DataFrame, batch_tiles: DataFrame, *, bucket_ms: int) -> DataFrame:
+def range_aggregates(
+    points: DataFrame,
+    prior_tiles: DataFrame,
+    batch_tiles: DataFrame,
+    *,
+    bucket_ms: int,
+    distinct_cap: int | None = None,
+) -> DataFrame:
     """Per query point (POINT_KEYS): sum, count, valueCount, min, max over prior buckets ``[b - reach, b]`` and
-    the batch's buckets ``[b - reach, b - 1]``. Points with nothing in range are absent (read them as zero).
+    the batch's buckets ``[b - reach, b - 1]``; with ``distinct_cap``, also ``rDistinct``, the union of the tiles'
+    distinct values (capped). Points with nothing in range are absent (read them as zero).
 
     A hash join built on the probes, the tiles streamed through it: a sort-merge join would sort the whole state.
     When the tiles are laid out by (state, key) (``buckets.co_partitioned``), only the probes are shuffled.
     """
-    tiles = tile_coordinates(prior_tiles, bucket_ms=bucket_ms, prior=True).unionByName(
-        tile_coordinates(batch_tiles, bucket_ms=bucket_ms, prior=False)
+    distinct = distinct_cap is not None
+    tiles = tile_coordinates(prior_tiles, bucket_ms=bucket_ms, prior=True, distinct=distinct).unionByName(
+        tile_coordinates(batch_tiles, bucket_ms=bucket_ms, prior=False, distinct=distinct)
     )
     matched = (
         probes(points)
@@ -132,4 +144,5 @@ def range_aggregates(points: DataFrame, prior_tiles: DataFrame, batch_tiles: Dat
         F.sum("valueCount").alias("rValueCount"),
         F.min("min").alias("rMin"),
         F.max("max").alias("rMax"),
+        *([fold_distinct(F.col("distinctValues"), distinct_cap).alias("rDistinct")] if distinct_cap else []),
     )

@@ -90,7 +90,12 @@ def compact_state_tiles(run: BatchRun, cache: TableCache, horizons: dict[str, in
     spark, path = run.spark, run.paths.bucket_state
     read = table_version(spark, path)
     cache.ensure(spark, read)
-    folded = with_coordinates(fold_tiles(cache.frame()), bucket_ms=run.settings.engine.bucket_seconds * 1000)
+    engine = run.settings.engine
+    distinct = any(s.distinct for s in run.states)
+    folded = with_coordinates(
+        fold_tiles(cache.frame(), distinct_cap=engine.distinct_cap, distinct=distinct),
+        bucket_ms=engine.bucket_seconds * 1000,
+    )
     folded = folded.where(trim_condition(horizons))
     folded = materialize(folded.withColumn("updatedAt", F.current_timestamp()))
     compact_tiles(tiles_to_table(folded), path, tag=run.tag("state-compact"))

@@ -69,7 +69,13 @@ def maintain_states(
         )
         from_ms = max(min(horizons.values()), pins.m_before - engine.backfill_retention_days * DAY_MS)
         bronze = spark.read.format("delta").option("versionAsOf", pins.bronze).load(paths.bronze)
-        tiles = backfill_tiles(bronze, backfilled, bucket_ms=engine.bucket_seconds * 1000, from_ms=from_ms)
+        tiles = backfill_tiles(
+            bronze,
+            backfilled,
+            bucket_ms=engine.bucket_seconds * 1000,
+            from_ms=from_ms,
+            distinct_cap=engine.distinct_cap,
+        )
         append_tiles(tiles, paths.bucket_state, batch_id=batch_id, tag=attempt.tag("state-backfill", pins))
     if not attempt.done("cooldown-forget"):
         forget_rules(spark, paths.alert_cooldown, forgotten, tag=attempt.tag("cooldown-forget", pins))
