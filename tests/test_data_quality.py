@@ -22,7 +22,7 @@ from delta_tables.catalog import all_tables
 from pipelines.base.settings import REPO_ROOT, Settings, load_settings
 from pipelines.cli import main
 from pipelines.commands.dq_cmd import SUITE_TABLES
-from pipelines.data_quality.checks import operator_holds
+from pipelines.data_quality.checks import alerts_checked, operator_holds
 from pipelines.data_quality.run import checked_frame
 from pipelines.data_quality.suites import TABLES, build_suites, referenced_columns, stale_suites, write_suites
 from rules_cdc.rule_model import LimitOperator
@@ -124,6 +124,34 @@ def test_operator_check_agrees_with_the_rule_model(spark: SparkSession) -> None:
     for op, value, limit in cases:
         expected = op in LimitOperator.__members__ and value is not None and LimitOperator(op).holds(value, limit)
         assert got[(op, value)] is expected, (op, value)
+
+
+def test_a_relative_alerts_condition_is_checked_against_its_baseline(spark: SparkSession) -> None:
+    """An alert with ``baselineValue`` meets ``value OP limit * B`` (``* W / W2`` with perWindow), not ``value OP
+    limit``: exact at the boundary (1.5 * 17.333333 = 25.9999995, which 6 decimals would round to 26)."""
+    per_window = json.dumps({"baseline": {"perWindow": True, "windowMinutes": 10080}})
+    plain = json.dumps({"baseline": {"perWindow": False, "windowMinutes": 43200}})
+    cases = [  # (id, value, limit, baseline, window, snapshot, expected)
+        ("spike", "100", "5", "17", 1, plain, True),  # 100 > 85
+        ("not a spike", "80", "5", "17", 1, plain, False),  # 80 > 85 fails; 80 > 5 would pass
+        ("boundary above", "26", "1.5", "17.333333", 1, plain, True),  # 26 > 25.9999995
+        ("boundary below", "25.999999", "1.5", "17.333333", 1, plain, False),
+        ("hourly", "200", "3", "10080", 60, per_window, True),  # 200 > 3 * 10080 * 60 / 10080 = 180
+        ("hourly under", "180", "3", "10080", 60, per_window, False),
+        ("fixed", "3", "2", None, 60, None, True),
+    ]
+    rows = [
+        (i, Decimal(v), Decimal(lim), None if b is None else Decimal(b), w, snap, "GREATER")
+        for i, v, lim, b, w, snap, _ in cases
+    ]
+    schema = (
+        "id string, aggregateValue decimal(38,6), limit decimal(38,6), baselineValue decimal(38,6), "
+        "windowMinutes int, ruleSnapshot string, limitOperatorType string"
+    )
+    alerts = spark.createDataFrame(rows, schema).withColumn("ruleId", F.lit(1).cast("long"))
+    checked = alerts_checked(alerts.withColumn("aggregatorFunctionType", F.lit("SUM")), alerts.select("ruleId"))
+    got = {r["id"]: r["dq_operator_holds"] for r in checked.collect()}
+    assert got == {case[0]: case[-1] for case in cases}
 
 
 def test_every_column_a_suite_names_exists_in_its_checked_frame(spark: SparkSession, settings: Settings) -> None:

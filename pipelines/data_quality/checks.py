@@ -105,6 +105,27 @@ def operator_holds(value: Column, operator: Column, limit: Column) -> Column:
     return _true_or_false(F.coalesce(*cases))
 
 
+_SCALE = 10**6
+
+
+def _alert_condition_holds(alerts: DataFrame, snap: Callable[[str], Column]) -> Column:
+    """An alert's condition: ``aggregateValue OP limit``, or, with a relative limit (``baselineValue`` set), ``value
+    OP limit * B * W / W2`` (``perWindow``) or ``limit * B``, compared exactly as 38-digit integers of millionths
+    like the engine (``value * 10^6 * den`` vs ``limit * 10^6 * B * 10^6 * num``)."""
+    fixed = operator_holds(F.col("aggregateValue"), F.col("limitOperatorType"), F.col("limit"))
+    if "baselineValue" not in alerts.columns:
+        return fixed
+    wide = "decimal(38,0)"
+    per_window = F.coalesce(snap("baseline.perWindow") == "true", F.lit(False))
+    num = F.when(per_window, F.col("windowMinutes")).otherwise(F.lit(1)).cast(wide)
+    den = F.when(per_window, snap("baseline.windowMinutes").cast("int")).otherwise(F.lit(1)).cast(wide)
+    units = F.lit(_SCALE).cast(wide)
+    left = (F.col("aggregateValue") * F.lit(_SCALE)).cast(wide) * units * den
+    right = (F.col("limit") * F.lit(_SCALE)).cast(wide) * (F.col("baselineValue") * F.lit(_SCALE)).cast(wide) * num
+    relative = operator_holds(left, F.col("limitOperatorType"), right)
+    return F.when(F.col("baselineValue").isNull(), fixed).otherwise(relative)
+
+
 def bronze_checked(bronze: DataFrame, quality: QualitySettings) -> DataFrame:
     """Bronze transactions plus ``dq_event_time_not_in_future``."""
     skew = F.expr(f"INTERVAL {int(quality.max_future_skew_minutes)} MINUTES")
@@ -180,10 +201,7 @@ def alerts_checked(alerts: DataFrame, rule_ids: DataFrame) -> DataFrame:
     )
     return (
         alerts.join(F.broadcast(known), on="ruleId", how="left")
-        .withColumn(
-            OPERATOR_HOLDS.column,
-            operator_holds(F.col("aggregateValue"), F.col("limitOperatorType"), F.col("limit")),
-        )
+        .withColumn(OPERATOR_HOLDS.column, _alert_condition_holds(alerts, snap))
         .withColumn(REFERS_TO_KNOWN_RULE.column, _true_or_false(F.col("_dq_known")))
         .withColumn(SNAPSHOT_MATCHES.column, _true_or_false(matches))
         .drop("_dq_known")
