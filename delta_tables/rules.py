@@ -2,6 +2,7 @@
 
 One row per ``ruleId``. ``ruleState`` is ACTIVE, PAUSED, DELETED or DISABLED; the last two are tombstones
 that keep the source position of the event that made them, so that a stale event cannot resurrect a rule.
+A rule with a relative limit keeps its ``baseline`` as canonical JSON (null: a fixed limit).
 ``ruleId = -1`` is the truncate watermark (a DELETED row at the newest truncate's position; never live).
 Written only by the CDC MERGE (``delta_tables.rules_merge``); see docs/rules-cdc.md.
 Change Data Feed is on: the engine and audits read rule changes from it.
@@ -33,6 +34,7 @@ RULE_CONTENT_COLUMNS = (
     "windowMinutes",
     "filter",
     "cooldownMinutes",
+    "baseline",
 )
 """The columns a rule's definition lives in: what a tombstone clears (besides ruleId, ruleState and disabled)."""
 
@@ -55,6 +57,9 @@ RULES_SCHEMA = StructType(
         StructField("sourceTsMs", LongType(), True),
         StructField("tombstonedAt", TimestampType(), True),
         StructField("updatedAt", TimestampType(), False),
+        # A relative limit's baseline, canonical JSON like filter (sorted keys, no spaces), or null: a fixed limit.
+        # Last, as add_missing_columns appends it to the rules table of an older release (its rows: null).
+        StructField("baseline", StringType(), True),
     ]
 )
 

@@ -16,6 +16,21 @@
 # MAGIC only propose, docs/rules-cdc.md "Attribution and four eyes"); `as_of` (a rules-table version or a UTC
 # MAGIC timestamp for the time-travel view; blank = the version before this edit); `history_at` (an ISO date or
 # MAGIC time, UTC: who made the rule what it was then, and why; blank = skip).
+# MAGIC
+# MAGIC Besides SUM, COUNT, AVG, MIN and MAX, a rule may count **distinct values** of a field of any type
+# MAGIC (`COUNT_DISTINCT`, capped at conf `engine.distinct_cap`, no baseline) or take **the transaction's own value**
+# MAGIC (`VALUE`), and its limit may be **relative**: with a `baseline`, `limit` is a factor of an aggregate of the
+# MAGIC key's own history (AVG, SUM or COUNT over `windowMinutes` at least the rule's; `minCount` transactions needed;
+# MAGIC `perWindow` scales it to the rule's window). Two `rule_json` examples (docs/rules-cdc.md, "The rule"):
+# MAGIC
+# MAGIC ```json
+# MAGIC {"ruleId": 21, "ruleName": "fan-out: more than 5 beneficiaries of one payer in an hour", "groupingKeyNames": ["payerId"],
+# MAGIC  "aggregateFieldName": "beneficiaryId", "aggregatorFunctionType": "COUNT_DISTINCT", "limitOperatorType": "GREATER",
+# MAGIC  "limit": 5, "windowMinutes": 60}
+# MAGIC {"ruleId": 22, "ruleName": "a payment over 5 times the payer's 30-day average", "groupingKeyNames": ["payerId"],
+# MAGIC  "aggregateFieldName": "paymentAmount", "aggregatorFunctionType": "VALUE", "limitOperatorType": "GREATER",
+# MAGIC  "limit": 5, "windowMinutes": 1, "baseline": {"aggregatorFunctionType": "AVG", "windowMinutes": 43200, "minCount": 5}}
+# MAGIC ```
 
 # COMMAND ----------
 

@@ -15,6 +15,17 @@
 # MAGIC those of the rule's window before `from` still count; blank = all); `output_dir` (blank =
 # MAGIC `<lakehouse>/_reports/backtest`; on Databricks a `/Volumes/...` path): the chart `backtest_<ruleId>.png` and
 # MAGIC the alerts `backtest_<ruleId>.jsonl` are written there.
+# MAGIC
+# MAGIC Any kind of rule can be a candidate, e.g. a distinct count or a relative limit (`baseline`: the limit is a factor
+# MAGIC of the key's own history, here the payer's average payment of the last 30 days; docs/rules-cdc.md, "The rule"):
+# MAGIC
+# MAGIC ```json
+# MAGIC {"ruleId": 21, "groupingKeyNames": ["payerId"], "aggregateFieldName": "beneficiaryId",
+# MAGIC  "aggregatorFunctionType": "COUNT_DISTINCT", "limitOperatorType": "GREATER", "limit": 5, "windowMinutes": 60}
+# MAGIC {"ruleId": 22, "groupingKeyNames": ["payerId"], "aggregateFieldName": "paymentAmount", "aggregatorFunctionType": "VALUE",
+# MAGIC  "limitOperatorType": "GREATER", "limit": 5, "windowMinutes": 1,
+# MAGIC  "baseline": {"aggregatorFunctionType": "AVG", "windowMinutes": 43200, "minCount": 5}}
+# MAGIC ```
 
 # COMMAND ----------
 

@@ -14,6 +14,16 @@ Example::
     outcome = edit_rules(spark, settings, "upsert", rules=rules)           # applied now: rules version 1
     outcome = edit_rules(spark, settings, "pause", rule_id=1, publish_to="kafka")
     print(outcome.summary())
+
+    # A distinct count, and a relative limit (the payment against the payer's own 30-day average):
+    rules = parse_rules_text(json.dumps([
+        {"ruleId": 21, "groupingKeyNames": ["payerId"], "aggregateFieldName": "beneficiaryId",
+         "aggregatorFunctionType": "COUNT_DISTINCT", "limitOperatorType": "GREATER", "limit": 5, "windowMinutes": 60},
+        {"ruleId": 22, "groupingKeyNames": ["payerId"], "aggregateFieldName": "paymentAmount",
+         "aggregatorFunctionType": "VALUE", "limitOperatorType": "GREATER", "limit": 5, "windowMinutes": 1,
+         "baseline": {"aggregatorFunctionType": "AVG", "windowMinutes": 43200, "minCount": 5}},
+    ]), settings)
+    edit_rules(spark, settings, "upsert", rules=rules, publish_to="rulesdb")   # fraud_rules.baseline: jsonb
 """
 
 from __future__ import annotations

@@ -41,10 +41,10 @@ class PublishRefused(RuntimeError):
 
 def db_row(rule: Rule) -> dict[str, Any]:
     """The rule's ``fraud_rules`` row (``database_row``) as Debezium carries it (``decimal.handling.mode=string``):
-    the jsonb filter as JSON text; the limit as text, with all the places the model keeps."""
+    the jsonb filter and baseline as JSON text; the limit as text, with all the places the model keeps."""
     row = database_row(rule)
-    text = None if row["filter"] is None else json.dumps(row["filter"])
-    return {**row, "limit_value": format(rule.limit, "f"), "filter": text}
+    jsonb = {column: None if row[column] is None else json.dumps(row[column]) for column in ("filter", "baseline")}
+    return {**row, "limit_value": format(rule.limit, "f"), **jsonb}
 
 
 def cli_event(op: Op, before: Rule | None, after: Rule | None, position: tuple[str, int]) -> dict[str, Any]:

@@ -57,6 +57,7 @@ def rule_to_row(
         "filter": rule.filter_json,
         "cooldownMinutes": rule.cooldown_minutes,
         "disabled": rule.disabled,
+        "baseline": rule.baseline_json,
         "sourcePosition": source_position,
         "sourceOp": source_op,
         "sourceTsMs": source_ts_ms,
@@ -96,7 +97,8 @@ def rule_from_row(row: dict[str, Any]) -> Rule:
     """The ``Rule`` of a live (ACTIVE, PAUSED or SHADOW) rules-table row."""
     if row["ruleState"] not in LIVE_STATES:
         raise ValueError(f"rule {row['ruleId']} is a tombstone ({row['ruleState']}), not a live rule")
-    return Rule.model_validate({name: row[name] for name in RULE_FIELDS})
+    # ``get``: a row read from a table of an older release (before ``baseline``) has a fixed limit.
+    return Rule.model_validate({name: row.get(name) for name in RULE_FIELDS})
 
 
 def live_rules(rules: DataFrame) -> DataFrame:
@@ -122,12 +124,15 @@ DATABASE_COLUMNS = (
     "filter",
     "cooldown_minutes",
     "disabled",
+    "baseline",
 )
-"""The ``fraud_rules`` columns a rule fills (``updated_at`` is the database's own)."""
+"""The ``fraud_rules`` columns a rule fills (``updated_at`` is the database's own; ``baseline``: schema version 8,
+conf/rulesdb/008_rule_kinds.sql)."""
 
 
 def database_row(rule: Rule) -> dict[str, Any]:
-    """A validated rule as a ``fraud_rules`` row (snake_case; the filter as JSON)."""
+    """A validated rule as a ``fraud_rules`` row (snake_case; the filter and the baseline as JSON objects, for the
+    jsonb columns: a writer passing parameters sends them as JSON text with a ``::jsonb`` cast)."""
     return {
         "rule_id": rule.rule_id,
         "rule_name": rule.rule_name,
@@ -141,4 +146,5 @@ def database_row(rule: Rule) -> dict[str, Any]:
         "filter": json.loads(rule.filter_json) if rule.filter_json else None,
         "cooldown_minutes": rule.cooldown_minutes,
         "disabled": rule.disabled,
+        "baseline": json.loads(rule.baseline_json) if rule.baseline_json else None,
     }

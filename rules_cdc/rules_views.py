@@ -63,7 +63,7 @@ def rule_json(row: dict[str, Any]) -> dict[str, Any]:
     if row["ruleState"] in LIVE_STATES:
         return rule_from_row(row).to_json_dict()
     if row["ruleState"] == RuleState.DISABLED.value:
-        fields = {name: row[name] for name in RULE_FIELDS} | {"ruleState": RuleState.ACTIVE.value}
+        fields = {name: row.get(name) for name in RULE_FIELDS} | {"ruleState": RuleState.ACTIVE.value}
         return Rule.model_validate(fields).to_json_dict() | {"ruleState": RuleState.DISABLED.value}
     return {"ruleId": row["ruleId"], "ruleState": row["ruleState"]}
 
@@ -73,20 +73,55 @@ def rules_json(rows: list[dict[str, Any]], *, include_tombstones: bool = False) 
 
 
 def rules_table_text(rows: list[dict[str, Any]]) -> str:
-    """A plain-text table of rules rows, for people."""
-    lines = [f"{'ruleId':>8}  {'state':<8}  {'rule':<58}  {'window':>7}  position"]
+    """A plain-text table of rules rows, for people (the rule as ``rule_text`` writes it)."""
+    lines = [f"{'ruleId':>8}  {'state':<8}  {'rule':<72}  position"]
     for row in rows:
-        if row["aggregatorFunctionType"] is None:
-            what = "-"
-        else:
-            keys = ",".join(row["groupingKeyNames"] or [])
-            what = (
-                f"{row['aggregatorFunctionType']}({row['aggregateFieldName']}) by [{keys}] "
-                f"{row['limitOperatorType']} {_plain(row['limit'])}"
-            )
-        window = "-" if row["windowMinutes"] is None else f"{row['windowMinutes']}m"
-        lines.append(f"{row['ruleId']:>8}  {row['ruleState']:<8}  {what:<58}  {window:>7}  {row['sourcePosition']}")
+        lines.append(f"{row['ruleId']:>8}  {row['ruleState']:<8}  {rule_text(row):<72}  {row['sourcePosition']}")
     return "\n".join(lines)
+
+
+TIMES = "\N{MULTIPLICATION SIGN}"
+_OPERATORS = {"GREATER": ">", "GREATER_EQUAL": ">=", "LESS": "<", "LESS_EQUAL": "<=", "EQUAL": "=", "NOT_EQUAL": "!="}
+
+
+def rule_text(row: dict[str, Any]) -> str:
+    """A rules row's condition in one line (a tombstone without content: ``-``), e.g.::
+
+        SUM(paymentAmount) > 1000000 in 10080 min by [payerId,beneficiaryId]
+        COUNT_DISTINCT(beneficiaryId) > 5 in 60 min by [payerId]
+        VALUE(paymentAmount) > 5 x AVG over 43200 min (min 5 tx) by [payerId]
+        SUM(paymentAmount) in 60 min > 3 x SUM per 60 min over 10080 min (min 10 tx) by [payerId]
+
+    ``VALUE`` is the transaction's own value: its window sizes nothing, so it is not shown. With a baseline the
+    limit is a factor of the key's own history aggregate (``perWindow``: scaled to the rule's window); the factor's
+    ``x`` is printed as the multiplication sign (U+00D7)."""
+    aggregator = row.get("aggregatorFunctionType")
+    if aggregator is None:
+        return "-"
+    operator = _OPERATORS.get(row.get("limitOperatorType") or "", row.get("limitOperatorType") or "?")
+    value = f"{aggregator}({row.get('aggregateFieldName')})"
+    window = "" if aggregator == "VALUE" or row.get("windowMinutes") is None else f" in {row['windowMinutes']} min"
+    baseline = _baseline_of(row.get("baseline"))
+    if baseline is None:
+        text = f"{value} {operator} {_plain(row.get('limit'))}{window}"
+    else:
+        scaled = f" per {row.get('windowMinutes')} min" if baseline.get("perWindow") else ""
+        text = (
+            f"{value}{window} {operator} {_plain(row.get('limit'))} {TIMES} {baseline.get('aggregatorFunctionType')}"
+            f"{scaled} over {baseline.get('windowMinutes')} min (min {baseline.get('minCount', 1)} tx)"
+        )
+    keys = row.get("groupingKeyNames") or []
+    return f"{text} by [{','.join(keys)}]" if keys else text
+
+
+def _baseline_of(value: Any) -> dict[str, Any] | None:
+    """A rules row's ``baseline`` (canonical JSON text) as a dict; None when absent (or not an object)."""
+    if isinstance(value, str) and value.strip():
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    return value if isinstance(value, dict) else None
 
 
 UNATTRIBUTED = "unattributed"

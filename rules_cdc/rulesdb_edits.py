@@ -34,7 +34,13 @@ from rules_cdc.rule_rows import DATABASE_COLUMNS, database_row
 RULES_TABLE = "fraud_rules"  # conf/rulesdb/001_fraud_rules.sql (pipelines.local.rules_database.RULES_TABLE)
 RULESDB_DSN_ENV = "FRAUDLAKE_RULESDB_DSN"
 """A libpq connection string for the rules database (a managed PostgreSQL, say); the console reads it too."""
-_CASTS = {"grouping_key_names": "%s::text[]", "limit_value": "%s::numeric", "filter": "%s::jsonb"}
+_CASTS = {
+    "grouping_key_names": "%s::text[]",
+    "limit_value": "%s::numeric",
+    "filter": "%s::jsonb",
+    "baseline": "%s::jsonb",
+}
+_JSONB = ("filter", "baseline")
 
 
 class RulesDbRefused(PublishRefused):
@@ -126,5 +132,6 @@ def _change(cur: Any, action: str, rule_id: int) -> str:
 
 def _row_values(rule: Rule) -> list[Any]:
     row = database_row(rule)
-    row["filter"] = json.dumps(row["filter"]) if row["filter"] is not None else None
+    for column in _JSONB:  # JSON text, cast to jsonb by the statement: a parameter, never SQL text
+        row[column] = json.dumps(row[column]) if row[column] is not None else None
     return [row[column] for column in DATABASE_COLUMNS]

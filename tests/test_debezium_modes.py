@@ -29,6 +29,7 @@ from pipelines.local.kafka_broker import KafkaBroker
 from pipelines.local.rules_database import RulesDb
 from rules_cdc.envelope import Op
 from rules_cdc.parse_events import RawRecord, parse_records
+from rules_cdc.rule_model import Aggregator, Baseline
 from rules_cdc.rule_rows import TRUNCATE_MARKER_ID
 
 pytestmark = pytest.mark.kafka
@@ -46,6 +47,12 @@ SETUP = (
 STEPS = (
     f"INSERT INTO fraud_rules ({COLUMNS}) VALUES (2, 'many cash payments', 'ACTIVE', '{{payerId}}', 'COUNT_FLINK', "
     """'SUM', 'GREATER_EQUAL', 5.00, 60, '{"field": "paymentType", "op": "EQUAL", "value": "CSH"}', 15)""",
+    # The aggregators and the baseline of schema version 8 (conf/rulesdb/008_rule_kinds.sql): jsonb as JSON text.
+    f"INSERT INTO fraud_rules ({COLUMNS}, baseline) VALUES (3, 'fan-out', 'ACTIVE', '{{payerId}}', 'beneficiaryId', "
+    "'COUNT_DISTINCT', 'GREATER', 5, 60, NULL, NULL, NULL)",
+    f"INSERT INTO fraud_rules ({COLUMNS}, baseline) VALUES (4, 'five times the usual', 'ACTIVE', '{{payerId}}', "
+    "'paymentAmount', 'VALUE', 'GREATER', 5, 1, NULL, NULL, "
+    """'{"aggregatorFunctionType": "AVG", "windowMinutes": 43200, "minCount": 5}')""",
     "UPDATE fraud_rules SET rule_state = 'PAUSE', limit_value = 7.5 WHERE rule_id = 2",
     "ALTER TABLE fraud_rules REPLICA IDENTITY FULL",
     "UPDATE fraud_rules SET limit_value = 2500000.50 WHERE rule_id = 1",
@@ -53,13 +60,15 @@ STEPS = (
     "DELETE FROM fraud_rules WHERE rule_id = 2",
     "TRUNCATE fraud_rules",
 )
-RECORDS = 7  # r1, c2, u2, u1, d2 and its Kafka tombstone, t
+RECORDS = 9  # r1, c2, c3, c4, u2, u1, d2 and its Kafka tombstone, t
 SAMPLE_OF = {
     # sample name: (decimal mode, schemas.enable, op, rule id)
     "pg_snapshot_read_no_schema_string": ("string", False, "r", 1),
     "pg_snapshot_read_schema_precise": ("precise", True, "r", 1),
     "pg_create_schema_precise": ("precise", True, "c", 2),
     "pg_create_no_schema_precise": ("precise", False, "c", 2),
+    "pg_create_count_distinct_no_schema_string": ("string", False, "c", 3),
+    "pg_create_relative_schema_precise": ("precise", True, "c", 4),  # baseline: io.debezium.data.Json
     "pg_update_schema_double": ("double", True, "u", 2),
     "pg_update_no_schema_double": ("double", False, "u", 1),  # REPLICA IDENTITY FULL: with "before"
     "pg_update_schema_string": ("string", True, "u", 1),  # REPLICA IDENTITY FULL: with "before"
@@ -136,6 +145,8 @@ def test_every_decimal_mode_with_and_without_schema_parses_to_the_same_events(
     assert [(rule_id, op) for rule_id, op, *_ in reference] == [
         (1, Op.READ),
         (2, Op.CREATE),
+        (3, Op.CREATE),
+        (4, Op.CREATE),
         (2, Op.UPDATE),
         (1, Op.UPDATE),
         (2, Op.DELETE),
@@ -144,7 +155,15 @@ def test_every_decimal_mode_with_and_without_schema_parses_to_the_same_events(
     positions = [position for *_, position, _ in reference[1:]]
     assert positions == sorted(positions) and len(set(positions)) == len(positions)  # commit order, all distinct
     limits = [str(rule.limit) if rule else None for *_, rule in reference]
-    assert limits == ["1000000.000000", "5.000000", "7.500000", "2500000.500000", None, None]
+    assert limits == ["1000000.000000", "5.000000", "5.000000", "5.000000", "7.500000", "2500000.500000", None, None]
+    distinct, relative = reference[2][-1], reference[3][-1]
+    assert distinct is not None and (distinct.aggregator_function_type, distinct.baseline) == (
+        Aggregator.COUNT_DISTINCT,
+        None,
+    )
+    assert relative is not None and relative.aggregator_function_type is Aggregator.VALUE
+    assert relative.baseline == Baseline(aggregatorFunctionType="AVG", windowMinutes=43200, minCount=5)
+    assert reference[0][-1] is not None and reference[0][-1].baseline is None  # NULL baseline: a fixed limit
     for mode, events in outcomes.items():
         assert events == reference, mode
 

@@ -18,6 +18,8 @@ from pipelines.local.kafka_broker import KafkaBroker
 from pipelines.notebook_tools.runner import NOTEBOOKS_DIR, NotebookError, NotebookResult, run_notebook
 from rules_cdc.manage import edit_rules, parse_rules_text, sample_rules_path, seed_rule_text
 from rules_cdc.publisher import PublishRefused
+from rules_cdc.rule_model import RuleState
+from rules_cdc.rule_rows import rule_from_row
 from rules_cdc.rules_views import rules_frame
 
 NOTEBOOK = NOTEBOOKS_DIR / "01_manage_rules.py"
@@ -114,3 +116,42 @@ def test_notebook_publishes_to_the_rules_topic(
     assert key == b'{"rule_id": 1}'
     assert event["op"] == "c" and event["before"] is None and event["after"]["rule_id"] == 1
     assert event["source"]["connector"] == "fraudlake-cli"
+
+
+def test_a_distinct_count_and_a_relative_limit_are_upserted_and_paused_with_their_vocabulary(
+    spark: SparkSession, settings: Settings
+) -> None:
+    """The CLI publisher's events carry the baseline as Debezium does (JSON text of the jsonb column)."""
+    text = json.dumps(
+        [
+            {
+                "ruleId": 21,
+                "groupingKeyNames": ["payerId"],
+                "aggregateFieldName": "beneficiaryId",
+                "aggregatorFunctionType": "COUNT_DISTINCT",
+                "limitOperatorType": "GREATER",
+                "limit": 5,
+                "windowMinutes": 60,
+            },
+            {
+                "ruleId": 22,
+                "groupingKeyNames": ["payerId"],
+                "aggregateFieldName": "paymentAmount",
+                "aggregatorFunctionType": "VALUE",
+                "limitOperatorType": "GREATER",
+                "limit": 5,
+                "windowMinutes": 1,
+                "baseline": {"aggregatorFunctionType": "AVG", "windowMinutes": 43200, "minCount": 5},
+            },
+        ]
+    )
+    rules = parse_rules_text(text, settings)
+    upserted = edit_rules(spark, settings, "upsert", rules=rules)
+    assert upserted.applied is not None and upserted.applied.quarantined == 0
+    after = json.loads(upserted.events[1]["after"]["baseline"])  # as the connector carries a jsonb column
+    assert after == {"aggregatorFunctionType": "AVG", "windowMinutes": 43200, "minCount": 5, "perWindow": False}
+    edit_rules(spark, settings, "pause", rule_id=22)
+    rows = {r["ruleId"]: r for r in table_rows(spark, settings, "rules")}
+    assert rule_from_row(rows[21]) == rules[0]
+    assert rule_from_row(rows[22]) == rules[1].model_copy(update={"rule_state": RuleState.PAUSED})
+    assert rows[22]["baseline"] == rules[1].baseline_json

@@ -7,14 +7,17 @@ proposal changes nothing; an edit typed in SQL that does not name the attributio
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
-from debezium_support import own_database
+from debezium_support import own_database, sql_literal
 from engine_fixtures import make_rule
 
 from pipelines.base.rulesdb_settings import RoleKey
+from pipelines.base.settings import Settings
 from pipelines.local.rules_database import RulesDb, RulesDbError
+from rules_cdc.parse_events import rule_columns
 from rules_cdc.proposals import (
     Connect,
     ProposalRefused,
@@ -29,6 +32,7 @@ from rules_cdc.proposals import (
     rule_in_force,
     withdraw,
 )
+from rules_cdc.rule_model import parse_rule
 from rules_cdc.rule_rows import database_row
 
 
@@ -273,3 +277,46 @@ def test_approval_runs_as_its_nologin_owner_whatever_search_path_the_caller_sets
         assert _row(db, 13)[0] == "ACTIVE"
     finally:
         db.sql("DROP SCHEMA decoy CASCADE")
+
+
+# ---- the baseline (conf/rulesdb/008_rule_kinds.sql): a proposal carries it, approval writes it ---------------------
+
+RELATIVE_BASELINE = {"aggregatorFunctionType": "AVG", "windowMinutes": 43200, "minCount": 5, "perWindow": False}
+
+
+def test_a_proposal_with_a_baseline_is_approved_with_it(db: RulesDb, connect: Connect, base_settings: Settings) -> None:
+    schema = base_settings.transaction_schema
+    relative = make_rule(14, aggregatorFunctionType="VALUE", limit=5, windowMinutes=1, baseline=RELATIVE_BASELINE)
+    created = propose(connect, "create", rule=relative, proposed_by="alice", reason="5x the usual payment")
+    assert created.proposed_rule is not None and created.proposed_rule["baseline"] == RELATIVE_BASELINE
+    assert created.rule(schema) == relative
+    assert approve(connect, created.id, approver="bob") == "created rule 14"
+    in_force = rule_in_force(connect, 14)
+    assert in_force is not None and in_force["baseline"] == RELATIVE_BASELINE
+    assert in_force["aggregator_function_type"] == "VALUE"
+    stored = json.loads(db.sql("SELECT row_to_json(r) FROM fraud_rules r WHERE rule_id = 14"))
+    assert parse_rule(rule_columns(stored), schema) == relative
+
+    # An update to a fixed limit (a COUNT_DISTINCT rule, no baseline) clears it; the diff shows both columns.
+    distinct = make_rule(
+        14, aggregatorFunctionType="COUNT_DISTINCT", aggregateFieldName="beneficiaryId", limit=5, windowMinutes=60
+    )
+    update = propose(connect, "update", rule=distinct, proposed_by="carol", reason="count beneficiaries instead")
+    changed = {column for column, _, _ in diff_rows(in_force, update.proposed_rule)}
+    assert {"aggregator_function_type", "aggregate_field_name", "baseline"} <= changed
+    assert approve(connect, update.id, approver="bob") == "updated rule 14"
+    assert db.sql("SELECT baseline IS NULL, aggregator_function_type FROM fraud_rules WHERE rule_id = 14").strip() == (
+        "t|COUNT_DISTINCT"
+    )
+
+    # A proposal stored before schema version 8 has no baseline key: approved as a fixed limit.
+    old = database_row(make_rule(15, limit=7))
+    del old["baseline"]
+    db.sql(
+        "INSERT INTO rule_proposals (kind, rule_id, proposed_rule, proposed_by, reason) "
+        f"VALUES ('create', 15, {sql_literal(old)}, 'alice', 'from before 008')"
+    )
+    (older,) = [p for p in list_proposals(connect) if p.rule_id == 15]
+    assert approve(connect, older.id, approver="bob") == "created rule 15"
+    assert _row(db, 15)[:2] == ["ACTIVE", "7"]
+    assert db.sql("SELECT baseline IS NULL FROM fraud_rules WHERE rule_id = 15").strip() == "t"

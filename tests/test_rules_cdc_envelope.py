@@ -8,13 +8,13 @@ from decimal import Decimal
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from rules_cdc_support import SEED, sample, sample_pg_position, sample_record
+from rules_cdc_support import SEED, reshaped, sample, sample_pg_position, sample_record
 
 from pipelines.base.settings import Settings
 from rules_cdc.decimals import decode_precise, encode_precise
 from rules_cdc.envelope import Op, read_envelope
 from rules_cdc.parse_events import RawRecord, parse_record, parse_records
-from rules_cdc.rule_model import RuleState
+from rules_cdc.rule_model import RuleState, parse_rule
 from rules_cdc.rule_rows import TRUNCATE_MARKER_ID
 from rules_cdc.source_position import (
     PositionError,
@@ -217,3 +217,121 @@ def test_cli_positions_follow_everything_seen_and_delete_all_precedes_newer_data
         position_of({"connector": "fraudlake-cli", "position": "zz:1"}, 1)
     with pytest.raises(PositionError, match="mixes position kinds"):
         cli_position([ts_position(1), pg_position(1)], now_ms=1)
+
+
+# ---- schema version 8: COUNT_DISTINCT, VALUE and the baseline (jsonb, which Debezium carries as JSON text) ---------
+
+DISTINCT_RULE = {
+    "ruleId": 3,
+    "ruleName": "fan-out",
+    "groupingKeyNames": ["payerId"],
+    "aggregateFieldName": "beneficiaryId",
+    "aggregatorFunctionType": "COUNT_DISTINCT",
+    "limitOperatorType": "GREATER",
+    "limit": 5,
+    "windowMinutes": 60,
+}
+RELATIVE_RULE = {
+    "ruleId": 4,
+    "ruleName": "five times the usual",
+    "groupingKeyNames": ["payerId"],
+    "aggregateFieldName": "paymentAmount",
+    "aggregatorFunctionType": "VALUE",
+    "limitOperatorType": "GREATER",
+    "limit": 5,
+    "windowMinutes": 1,
+    "baseline": {"aggregatorFunctionType": "AVG", "windowMinutes": 43200, "minCount": 5},
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("pg_create_count_distinct_no_schema_string", DISTINCT_RULE),
+        ("pg_create_relative_schema_precise", RELATIVE_RULE),
+    ],
+)
+def test_rules_of_the_new_kinds_written_in_sql_parse_to_the_model(
+    base_settings: Settings, name: str, expected: dict[str, object]
+) -> None:
+    """Samples the real connector wrote for an INSERT typed in SQL (tests/test_debezium_modes.py)."""
+    schema = base_settings.transaction_schema
+    event = parse_record(sample_record(name), schema)
+    assert event is not None and event.op is Op.CREATE and event.position == sample_pg_position(name)
+    assert event.rule == parse_rule(expected, schema)
+    assert event.after is not None and isinstance(event.after["baseline"], str | None)  # jsonb: JSON text
+
+
+def _without_baseline(name: str) -> str:
+    """A sample as a connector on a database before schema version 8 wrote it: no baseline column at all."""
+    document = json.loads(sample(name))
+    if set(document) == {"schema", "payload"}:
+        for side in document["schema"]["fields"]:
+            if side["field"] in ("before", "after"):
+                side["fields"] = [f for f in side["fields"] if f["field"] != "baseline"]
+        payload = document["payload"]
+    else:
+        payload = document
+    for side in ("before", "after"):
+        if payload.get(side):
+            del payload[side]["baseline"]
+    return json.dumps(document)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "pg_snapshot_read_no_schema_string",
+        "pg_snapshot_read_schema_precise",
+        "pg_create_schema_precise",
+        "pg_update_schema_string",
+        "pg_update_no_schema_double",
+        "pg_delete_no_schema",
+    ],
+)
+def test_events_of_a_database_without_the_baseline_column_still_parse(base_settings: Settings, name: str) -> None:
+    schema = base_settings.transaction_schema
+    now = parse_record(sample_record(name), schema)
+    before_008 = parse_record(RawRecord(_without_baseline(name), "file:old.jsonl:1"), schema)
+    assert now is not None and before_008 is not None
+    assert (before_008.rule_id, before_008.op, before_008.position) == (now.rule_id, now.op, now.position)
+    assert before_008.rule == now.rule and (now.rule is None or now.rule.baseline is None)
+
+
+@pytest.mark.parametrize(
+    ("baseline", "reason"),
+    [
+        ('{"aggregatorFunctionType": "MEDIAN", "windowMinutes": 43200}', "rule 4: baseline.aggregatorFunctionType: "),
+        ('{"aggregatorFunctionType": "AVG", "windowMinutes": 0}', "rule 4: baseline.windowMinutes: "),
+        ('{"aggregatorFunctionType": "AVG", "windowMinutes": 43200, "factor": 2}', "Extra inputs are not permitted"),
+        ('"{\\"aggregatorFunctionType\\": \\"AVG\\"}"', "rule 4: baseline: "),  # a jsonb string, not an object
+        ("[1, 2]", "rule 4: baseline: "),
+        ("{not json", "baseline must be a JSON object"),
+    ],
+)
+def test_an_invalid_baseline_is_rejected_with_a_reason(base_settings: Settings, baseline: str, reason: str) -> None:
+    line = reshaped("pg_create_relative_schema_precise", baseline=baseline)
+    batch = parse_records([RawRecord(line, "kafka:rules/0/4")], base_settings.transaction_schema)
+    assert batch.events == [] and len(batch.rejected) == 1
+    assert reason in batch.rejected[0].reason, batch.rejected[0].reason
+
+
+def test_a_baseline_must_fit_its_rule(base_settings: Settings) -> None:
+    schema = base_settings.transaction_schema
+    shorter = '{"aggregatorFunctionType": "SUM", "windowMinutes": 1440}'
+    line = reshaped("pg_create_relative_schema_precise", window_minutes=43200, baseline=shorter)
+    batch = parse_records([RawRecord(line, "kafka:rules/0/5")], schema)
+    assert batch.events == []
+    reason = batch.rejected[0].reason
+    assert "rule 4: rule: Value error, baseline.windowMinutes must be at least the rule's windowMinutes" in reason
+    # The same rule without a baseline (SQL NULL) is a fixed limit: valid.
+    batch = parse_records([RawRecord(reshaped("pg_create_relative_schema_precise", baseline=None), "k:1")], schema)
+    assert batch.rejected == [] and batch.events[0].rule is not None and batch.events[0].rule.baseline is None
+
+
+def test_a_count_distinct_with_a_baseline_is_rejected(base_settings: Settings) -> None:
+    baseline = '{"aggregatorFunctionType": "COUNT", "windowMinutes": 1440}'
+    line = reshaped("pg_create_count_distinct_no_schema_string", baseline=baseline)
+    batch = parse_records([RawRecord(line, "kafka:rules/0/6")], base_settings.transaction_schema)
+    assert batch.events == []
+    assert "rule 3: rule: Value error, COUNT_DISTINCT takes a fixed limit, not a baseline" in batch.rejected[0].reason

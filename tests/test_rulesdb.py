@@ -11,6 +11,7 @@ import json
 import shutil
 import tempfile
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from pipelines.local.debezium_config import ConnectorConfigError, connector_conf
 from pipelines.local.rules_database import RulesDb, RulesDbError, schema_files
 from rules_cdc.parse_events import rule_columns
 from rules_cdc.rule_model import parse_rule
+from rules_cdc.rulesdb_edits import write_edit
 
 SAMPLE_RULES = json.loads((REPO_ROOT / "conf" / "sample_rules.json").read_text())
 
@@ -171,3 +173,85 @@ def test_connector_config_fills_placeholders_and_takes_overrides(
         )
     with pytest.raises(ConnectorConfigError, match="expected key=value"):
         read_properties("just words\n")
+
+
+def test_rules_of_the_new_kinds_round_trip_through_sql_and_the_operators_edits(
+    db: RulesDb, base_settings: Settings
+) -> None:
+    """conf/rulesdb/008_rule_kinds.sql: a distinct count and a relative limit typed in SQL (as the operators' role),
+    and written by ``rulesdb_edits`` (parameters, a ``::jsonb`` cast), read back as the rule model has them."""
+    schema = base_settings.transaction_schema
+    db.sql("TRUNCATE fraud_rules")
+    db.psql(
+        [
+            "-c",
+            "INSERT INTO fraud_rules (rule_id, grouping_key_names, aggregate_field_name, aggregator_function_type, "
+            "limit_operator_type, limit_value, window_minutes) "
+            "VALUES (21, '{payerId}', 'beneficiaryId', 'COUNT_DISTINCT', 'GREATER', 5, 60)",
+            "-c",
+            "INSERT INTO fraud_rules (rule_id, grouping_key_names, aggregate_field_name, aggregator_function_type, "
+            "limit_operator_type, limit_value, window_minutes, baseline) "
+            "VALUES (22, '{payerId}', 'paymentAmount', 'VALUE', 'GREATER', 5, 1, "
+            """'{"aggregatorFunctionType": "AVG", "windowMinutes": 43200, "minCount": 5}')""",
+        ],
+        role="operator",
+    )
+    typed = {
+        21: {
+            "ruleId": 21,
+            "groupingKeyNames": ["payerId"],
+            "aggregateFieldName": "beneficiaryId",
+            "aggregatorFunctionType": "COUNT_DISTINCT",
+            "limitOperatorType": "GREATER",
+            "limit": 5,
+            "windowMinutes": 60,
+        },
+        22: {
+            "ruleId": 22,
+            "groupingKeyNames": ["payerId"],
+            "aggregateFieldName": "paymentAmount",
+            "aggregatorFunctionType": "VALUE",
+            "limitOperatorType": "GREATER",
+            "limit": 5,
+            "windowMinutes": 1,
+            "baseline": {"aggregatorFunctionType": "AVG", "windowMinutes": 43200, "minCount": 5},
+        },
+    }
+    expected = [parse_rule(rule, schema) for rule in typed.values()]
+    rows = json.loads(db.sql("SELECT json_agg(row_to_json(r) ORDER BY rule_id) FROM fraud_rules r"))
+    assert [parse_rule(rule_columns(row), schema) for row in rows] == expected
+
+    # The operators' edit path (the CLI's `rules upsert`, notebook 01 with publish_to=rulesdb) writes the same.
+    db.sql("TRUNCATE fraud_rules")
+    info = f"host=127.0.0.1 port={db.effective_port()} dbname={db.database} user={db.role_name('operator')}"
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("PGPASSWORD", db.secrets.password("operator"))
+        write_edit(info, "upsert", rules=expected)
+        changed = [expected[0], expected[1].model_copy(update={"baseline": None, "limit": Decimal(50000)})]
+        write_edit(info, "upsert", rules=changed)  # a relative limit made fixed: the column is cleared
+    rows = json.loads(db.sql("SELECT json_agg(row_to_json(r) ORDER BY rule_id) FROM fraud_rules r"))
+    assert [parse_rule(rule_columns(row), schema) for row in rows] == changed
+    assert rows[1]["baseline"] is None
+    assert db.upsert_rules(expected) == 2  # and the loader (`rulesdb seed`, the tests' set-up)
+    rows = json.loads(db.sql("SELECT json_agg(row_to_json(r) ORDER BY rule_id) FROM fraud_rules r"))
+    assert [parse_rule(rule_columns(row), schema) for row in rows] == expected
+    assert rows[1]["baseline"] == {
+        "aggregatorFunctionType": "AVG",
+        "windowMinutes": 43200,
+        "minCount": 5,
+        "perWindow": False,
+    }
+
+    # The catalog says what the columns take (`\d+ fraud_rules`).
+    comments = db.sql(
+        "SELECT col_description('fraud_rules'::regclass, attnum) FROM pg_attribute "
+        "WHERE attrelid = 'fraud_rules'::regclass AND attname IN ('aggregator_function_type', 'baseline') "
+        "ORDER BY attname"
+    )
+    assert "COUNT_DISTINCT" in comments and "VALUE" in comments and "windowMinutes" in comments
+    assert (
+        db.sql(
+            "SELECT attstorage FROM pg_attribute WHERE attrelid = 'fraud_rules'::regclass AND attname = 'baseline'"
+        ).strip()
+        == "p"
+    )

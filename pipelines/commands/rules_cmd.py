@@ -24,6 +24,10 @@ approval goes through ``approve_rule_proposal()``), the direct edits ``upsert|pa
 ``fraudlake_operator`` (the break-glass path, conf/rulesdb/007_operator_role.sql): ``FRAUDLAKE_RULESDB_DSN`` when
 set (its own login, whichever it is), else conf's local database with that role's password (``rulesdb_login``).
 The acting person is ``--as-user``, else the OS user.
+
+A rule file (``upsert``, ``propose create|update``, ``backtest``) holds a rule in the seeds' camelCase vocabulary
+(docs/rules-cdc.md, "The rule"); ``RULE_EXAMPLES`` (printed under ``--help`` of those actions) shows a distinct
+count and a relative limit.
 """
 
 from __future__ import annotations
@@ -78,6 +82,18 @@ from rules_cdc.rules_views import (
 from rules_cdc.rulesdb_edits import RulesDbUnavailable, dsn_from_environment
 from rules_cdc.streaming_job import start_rules_job
 
+RULE_EXAMPLES = """\
+rule files (a JSON object, or an array of them), e.g.:
+  a distinct count: more than 5 different beneficiaries of one payer within an hour
+    {"ruleId": 21, "groupingKeyNames": ["payerId"], "aggregateFieldName": "beneficiaryId",
+     "aggregatorFunctionType": "COUNT_DISTINCT", "limitOperatorType": "GREATER", "limit": 5, "windowMinutes": 60}
+  a relative limit: a payment over 5 times the payer's average of the last 30 days (at least 5 payments)
+    {"ruleId": 22, "groupingKeyNames": ["payerId"], "aggregateFieldName": "paymentAmount",
+     "aggregatorFunctionType": "VALUE", "limitOperatorType": "GREATER", "limit": 5, "windowMinutes": 1,
+     "baseline": {"aggregatorFunctionType": "AVG", "windowMinutes": 43200, "minCount": 5}}
+  (baseline: AVG | SUM | COUNT over windowMinutes >= the rule's; "perWindow": true scales it to the rule's window;
+  COUNT_DISTINCT takes no baseline; docs/rules-cdc.md, "The rule")"""
+
 
 def register(subparsers: Any, parent: argparse.ArgumentParser) -> None:
     parser = subparsers.add_parser("rules", help="rules CDC: apply, run, list, history, edit")
@@ -103,7 +119,8 @@ def register(subparsers: Any, parent: argparse.ArgumentParser) -> None:
     export = actions.add_parser("export", parents=[parent], help="EXPORT_RULES_CURRENT: live rules as JSON")
     export.add_argument("--output", type=Path, help="write to this file instead of stdout")
     actions.add_parser("delete-all", parents=[parent], help="DELETE_RULES_ALL: tombstone every rule")
-    upsert = actions.add_parser("upsert", parents=[parent], help="create or update the rule(s) in FILE")
+    examples: dict[str, Any] = {"epilog": RULE_EXAMPLES, "formatter_class": argparse.RawDescriptionHelpFormatter}
+    upsert = actions.add_parser("upsert", parents=[parent], help="create or update the rule(s) in FILE", **examples)
     upsert.add_argument("file", type=Path, help="a JSON rule object or an array of them")
     edits = [upsert]
     for name in ("pause", "resume", "delete"):
@@ -119,7 +136,10 @@ def register(subparsers: Any, parent: argparse.ArgumentParser) -> None:
             "not fed by a database); auto (default): rulesdb when FRAUDLAKE_RULESDB_DSN is set or conf's runs",
         )
     backtest = actions.add_parser(
-        "backtest", parents=[parent], help="the alerts a candidate rule would have raised on bronze (writes nothing)"
+        "backtest",
+        parents=[parent],
+        help="the alerts a candidate rule would have raised on bronze (writes nothing)",
+        **examples,
     )
     backtest.add_argument("file", type=Path, help="a JSON rule object or an array of them (each backtested)")
     backtest.add_argument("--from", dest="from_", help="evaluate transactions from this ISO time (UTC) on")
@@ -133,7 +153,11 @@ def _register_proposals(actions: Any, parent: argparse.ArgumentParser) -> None:
     as_user = argparse.ArgumentParser(add_help=False)
     as_user.add_argument("--as-user", dest="as_user", help="who is acting (default: the OS user)")
     propose_ = actions.add_parser(
-        "propose", parents=[parent, as_user], help="propose a change; it applies once another person approves"
+        "propose",
+        parents=[parent, as_user],
+        help="propose a change; it applies once another person approves",
+        epilog=RULE_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     propose_.add_argument("kind", choices=list(KINDS))
     propose_.add_argument("target", help="create/update: a JSON rule file; pause/resume/delete: the rule id")
