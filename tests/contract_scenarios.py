@@ -12,19 +12,27 @@ the contract says and the fixed contract test does not reach by construction:
   (SHADOW -> ACTIVE), demoted (ACTIVE -> SHADOW), a shadow rule paused and resumed into shadow;
 * batches: equal timestamps, bucket edges, late and almost-late rows, nulls and missing fields, negative and zero
   amounts, invalid records (not JSON, a required field missing, a field of the wrong type, an exact duplicate);
-* settings: bucket sizes of 20 s to 5 min, lateness, retention every batch or (in effect) never.
+* settings: bucket sizes of 20 s to 5 min, lateness, retention every batch or (in effect) never;
+* the newer kinds (ids from 101, drawn from a second random stream of the seed, so the rules and batches above are
+  those the seed always drew): COUNT_DISTINCT over string, long, decimal and boolean fields (the transaction id
+  too, so that counts run past the cap), with every key shape, filters and windows up to 2 days, and a distinct
+  cap drawn low now and then (``engine.distinct_cap``, and the reference's ``distinct_cap``) so that saturation
+  is exercised; VALUE rules; relative limits (a baseline of every aggregator, per window or not, minCount 0-5,
+  baseline windows up to 2 days) on VALUE, SUM, AVG, COUNT, MIN and MAX; the same lifecycles, including a change
+  of kind (an id turning from a distinct count into a relative rule or one of the classic aggregators).
 """
 
 from __future__ import annotations
 
 import json
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from delta_tables.rules_seed import put_rule_rows
 from pipelines.base.settings import Settings, TransactionField
@@ -61,6 +69,7 @@ class Scenario:
     allowed_lateness_seconds: int
     retention_every_batches: int
     batches: list[Batch] = field(default_factory=list)
+    distinct_cap: int = 100  # engine.distinct_cap: where COUNT_DISTINCT saturates
 
 
 @dataclass
@@ -170,6 +179,124 @@ def _changed(rng: random.Random, rule: Rule) -> Rule:
     return Rule.model_validate(data)
 
 
+# ---- the newer kinds: COUNT_DISTINCT, VALUE, relative limits ---------------------------------------------------
+
+DISTINCT_FIELDS = (
+    "paymentType",
+    "channel",
+    "country",
+    "payerId",
+    "beneficiaryId",
+    "transactionId",
+    "paymentAmount",
+    "flagged",
+)
+DISTINCT_CAPS = (2, 3, 5, 8, 100, 100, 100)
+FACTORS = (0, Decimal("0.5"), 1, 1, Decimal("1.5"), 2, 3, Decimal("0.333333"), -1)
+OPERATORS = ("GREATER", "GREATER_EQUAL", "LESS", "LESS_EQUAL", "EQUAL", "NOT_EQUAL")
+
+
+def _common(rng: random.Random, rule_id: int) -> dict[str, Any]:
+    return {
+        "ruleId": rule_id,
+        "groupingKeyNames": rng.sample(KEY_FIELDS, rng.choice((0, 1, 1, 2, 3))),
+        "filter": random_filter(rng),
+        "cooldownMinutes": rng.choice((None, None, None, 0, 2, 30)),
+        "limitOperatorType": rng.choice(OPERATORS),
+    }
+
+
+def _distinct_aggregation(rng: random.Random) -> dict[str, Any]:
+    name = rng.choice(DISTINCT_FIELDS)
+    limit = rng.choice((1, 2, 3, 4, 5, 8)) if name in ("transactionId", "paymentAmount") else rng.choice((1, 2, 3))
+    return {
+        "aggregatorFunctionType": "COUNT_DISTINCT",
+        "aggregateFieldName": name,
+        "limit": limit,
+        "windowMinutes": rng.choice(WINDOWS),
+    }
+
+
+def _value_aggregation(rng: random.Random) -> dict[str, Any]:
+    name = rng.choice(("paymentAmount", "paymentAmount", "beneficiaryId", "payerId"))
+    pool: tuple[Any, ...] = (0, Decimal("20.50"), 50, 150) if name == "paymentAmount" else (1, 2, 10, 11, 12)
+    return {
+        "aggregatorFunctionType": "VALUE",
+        "aggregateFieldName": name,
+        "limit": rng.choice(pool),
+        "windowMinutes": rng.choice(WINDOWS),
+    }
+
+
+def random_baseline(rng: random.Random, rule_window: int, *, count_field: bool = False) -> dict[str, Any]:
+    """A baseline at least as wide as the rule's window (AVG is refused over the COUNT pseudo-field)."""
+    aggregators = ("COUNT", "SUM") if count_field else ("AVG", "AVG", "SUM", "COUNT")
+    return {
+        "aggregatorFunctionType": rng.choice(aggregators),
+        "windowMinutes": rng.choice([w for w in WINDOWS if w >= rule_window]),
+        "minCount": rng.randint(0, 5),
+        "perWindow": rng.random() < 0.5,
+    }
+
+
+def _relative_aggregation(rng: random.Random) -> dict[str, Any]:
+    aggregator = rng.choice(("VALUE", "VALUE", "SUM", "AVG", "COUNT", "MIN", "MAX"))
+    if aggregator == "COUNT":
+        name = rng.choice(("COUNT", "paymentAmount", "beneficiaryId"))
+    elif aggregator == "SUM" and rng.random() < 0.2:
+        name = COUNT_FIELD
+    else:
+        name = rng.choice(("paymentAmount", "paymentAmount", "beneficiaryId"))
+    window = rng.choice(WINDOWS)
+    return {
+        "aggregatorFunctionType": aggregator,
+        "aggregateFieldName": name,
+        "limit": rng.choice(FACTORS),
+        "windowMinutes": window,
+        "baseline": random_baseline(rng, window, count_field=name == COUNT_FIELD),
+    }
+
+
+def random_kind_rule(rng: random.Random, rule_id: int) -> Rule:
+    """A COUNT_DISTINCT, VALUE or relative rule."""
+    kind = rng.choice((_distinct_aggregation, _distinct_aggregation, _value_aggregation, _relative_aggregation))
+    if kind is _value_aggregation and rng.random() < 0.4:
+        kind = _relative_aggregation
+    return Rule.model_validate(_common(rng, rule_id) | kind(rng))
+
+
+def _changed_kind(rng: random.Random, rule: Rule) -> Rule:
+    """The same rule id with one aspect changed: windows (the rule's or its baseline's, widened or narrowed), the
+    baseline (replaced, added or taken away), the limit, keys, filter, cooldown, or the kind itself."""
+    data = rule.to_json_dict()
+    what = rng.choice(("window", "window", "baseline", "limit", "keys", "filter", "cooldown", "kind", "classic"))
+    baseline = data.get("baseline")
+    if what == "window" and baseline is not None and rng.random() < 0.5:
+        baseline["windowMinutes"] = rng.choice([w for w in WINDOWS if w >= data["windowMinutes"]])
+    elif what == "window":
+        data["windowMinutes"] = rng.choice(WINDOWS)
+        if baseline is not None and baseline["windowMinutes"] < data["windowMinutes"]:
+            baseline["windowMinutes"] = rng.choice([w for w in WINDOWS if w >= data["windowMinutes"]])
+    elif what == "baseline" and data["aggregatorFunctionType"] != "COUNT_DISTINCT":
+        count_field = data["aggregateFieldName"] == COUNT_FIELD
+        take_away = baseline is not None and rng.random() < 0.3
+        data["baseline"] = None if take_away else random_baseline(rng, data["windowMinutes"], count_field=count_field)
+        data["limit"] = rng.choice(FACTORS) if data["baseline"] else 2
+    elif what == "limit":
+        data["limit"] = rng.choice(FACTORS) if baseline is not None else data["limit"] + rng.choice((-1, 1))
+    elif what == "keys":
+        data["groupingKeyNames"] = rng.sample(KEY_FIELDS, rng.choice((0, 1, 2, 3)))
+    elif what == "filter":
+        data["filter"] = random_filter(rng)
+    elif what == "cooldown":
+        data["cooldownMinutes"] = rng.choice((None, 0, 1, 3, 10))
+    elif what == "kind":
+        return random_kind_rule(rng, rule.rule_id).model_copy(update={"rule_state": rule.rule_state})
+    elif what == "classic":
+        return random_rule(rng, rule.rule_id).model_copy(update={"rule_state": rule.rule_state})
+    return Rule.model_validate(data)
+
+
 def _with_state(rule: Rule, state: RuleState) -> Rule:
     return rule.model_copy(update={"rule_state": state})
 
@@ -249,9 +376,65 @@ def _invalid(rng: random.Random, batch: int, valid: list[dict[str, Any]]) -> lis
 # ---- the scenario -------------------------------------------------------------------------------------------
 
 
-def scenario(seed: int, *, batches: int = 5, rows_per_batch: int = 40) -> Scenario:
-    """A reproducible scenario for one seed."""
+KIND_IDS_FROM = 101  # the newer kinds' rule ids: far above the classic rules' (at most 7 + one per batch)
+
+
+@dataclass
+class _Pool:
+    """The rules one random stream draws and evolves: live ones, and gone ones that may come back."""
+
+    draw: Callable[[random.Random, int], Rule]
+    change: Callable[[random.Random, Rule], Rule]
+    live: dict[int, Rule]
+    next_id: int
+    gone: dict[int, Rule] = field(default_factory=dict)  # deleted or disabled: may come back
+
+
+def _new_pool(
+    rng: random.Random,
+    first_id: int,
+    count: int,
+    draw: Callable[[random.Random, int], Rule],
+    change: Callable[[random.Random, Rule], Rule],
+) -> _Pool:
+    live = {i: _with_state(draw(rng, i), _born_state(rng)) for i in range(first_id, first_id + count)}
+    return _Pool(draw, change, live, first_id + count)
+
+
+def _lifecycle_step(rng: random.Random, pool: _Pool) -> tuple[list[int], list[Rule]]:
+    """Between two batches: rules changed, paused/resumed/promoted/demoted, deleted, disabled, re-created, added.
+    Returns the ids deleted and the rules disabled now."""
+    deleted: list[int] = []
+    disabled: list[Rule] = []
+    live, gone = pool.live, pool.gone
+    for rule_id in sorted(live):
+        rule = live[rule_id]
+        pick = rng.random()
+        if pick < 0.2:
+            live[rule_id] = pool.change(rng, rule)
+        elif pick < 0.3:
+            live[rule_id] = _with_state(rule, rng.choice(_NEXT_STATES[rule.rule_state]))
+        elif pick < 0.36:
+            gone[rule_id] = live.pop(rule_id)
+            deleted.append(rule_id)
+        elif pick < 0.4:
+            gone[rule_id] = live.pop(rule_id)
+            disabled.append(rule.model_copy(update={"disabled": True}))
+    for rule_id in sorted(gone):
+        if rule_id not in deleted and rule_id not in {r.rule_id for r in disabled} and rng.random() < 0.4:
+            old = gone.pop(rule_id)  # re-created: maybe as it was, maybe changed
+            live[rule_id] = _with_state(old if rng.random() < 0.5 else pool.change(rng, old), _born_state(rng))
+    if rng.random() < 0.4:
+        live[pool.next_id] = _with_state(pool.draw(rng, pool.next_id), _born_state(rng))
+        pool.next_id += 1
+    return deleted, disabled
+
+
+def scenario(seed: int, *, batches: int = 5, rows_per_batch: int = 40, new_kinds: bool = True) -> Scenario:
+    """A reproducible scenario for one seed. ``new_kinds=False``: without the COUNT_DISTINCT, VALUE and relative
+    rules (ids from 101) and with the default distinct cap; the rest is the same either way."""
     rng = random.Random(seed)
+    kinds_rng = random.Random(f"{seed}-kinds")  # a stream of its own: the classic draws stay what they were
     bucket_seconds = rng.choice(BUCKET_SECONDS)
     lateness = rng.choice((0, 120, 300, 900))
     result = Scenario(
@@ -261,38 +444,24 @@ def scenario(seed: int, *, batches: int = 5, rows_per_batch: int = 40) -> Scenar
         retention_every_batches=rng.choice((1, 2, 1000)),
     )
     bucket_ms = bucket_seconds * 1000
-    live: dict[int, Rule] = {i: _with_state(random_rule(rng, i), _born_state(rng)) for i in range(1, rng.randint(3, 7))}
-    gone: dict[int, Rule] = {}  # deleted or disabled: may come back
-    next_id = max(live) + 1
+    pools = [_new_pool(rng, 1, rng.randint(3, 7) - 1, random_rule, _changed)]
+    if new_kinds:
+        result.distinct_cap = kinds_rng.choice(DISTINCT_CAPS)
+        pools.append(_new_pool(kinds_rng, KIND_IDS_FROM, kinds_rng.randint(2, 4), random_kind_rule, _changed_kind))
     high_water: int | None = None
     center = T0 + rng.randint(0, 30) * 60 * MIN
     for batch_no in range(batches):
         deleted: list[int] = []
         disabled: list[Rule] = []
         if batch_no:
-            for rule_id in sorted(live):
-                rule = live[rule_id]
-                pick = rng.random()
-                if pick < 0.2:
-                    live[rule_id] = _changed(rng, rule)
-                elif pick < 0.3:
-                    live[rule_id] = _with_state(rule, rng.choice(_NEXT_STATES[rule.rule_state]))
-                elif pick < 0.36:
-                    gone[rule_id] = live.pop(rule_id)
-                    deleted.append(rule_id)
-                elif pick < 0.4:
-                    gone[rule_id] = live.pop(rule_id)
-                    disabled.append(rule.model_copy(update={"disabled": True}))
-            for rule_id in sorted(gone):
-                if rule_id not in deleted and rule_id not in {r.rule_id for r in disabled} and rng.random() < 0.4:
-                    old = gone.pop(rule_id)  # re-created: maybe as it was, maybe changed
-                    live[rule_id] = _with_state(old if rng.random() < 0.5 else _changed(rng, old), _born_state(rng))
-            if rng.random() < 0.4:
-                live[next_id] = _with_state(random_rule(rng, next_id), _born_state(rng))
-                next_id += 1
+            for pool, pool_rng in zip(pools, (rng, kinds_rng), strict=False):
+                gone_ids, gone_rules = _lifecycle_step(pool_rng, pool)
+                deleted += gone_ids
+                disabled += gone_rules
             center += rng.choice((0, 2, 7, 45, 90, 600, 1500)) * MIN
         times = _event_times(rng, rows_per_batch, center, bucket_ms, high_water, lateness * 1000)
         records = [_record(rng, f"s{seed}-b{batch_no}-{i:03d}", t) for i, t in enumerate(times)]
+        live = {rule_id: rule for pool in pools for rule_id, rule in pool.live.items()}
         result.batches.append(
             Batch(
                 live=[live[i] for i in sorted(live)],
@@ -319,6 +488,7 @@ def scenario_settings(settings: Settings, case: Scenario, lakehouse: str) -> Set
             "bucket_seconds": case.bucket_seconds,
             "allowed_lateness_seconds": case.allowed_lateness_seconds,
             "retention_every_batches": case.retention_every_batches,
+            "distinct_cap": case.distinct_cap,
         }
     )
     return settings.with_lakehouse(lakehouse).model_copy(update={"engine": engine, "transaction_schema": with_flag})
@@ -336,22 +506,44 @@ def put_batch_rules(spark: SparkSession, settings: Settings, case: Scenario, bat
 
 # ---- comparing ----------------------------------------------------------------------------------------------
 
-AlertFacts = dict[tuple[int, str], tuple[str, Decimal, bool]]
-"""(ruleId, transactionId) -> (keyValue, aggregateValue, shadow): what the contract fixes about each alert."""
+AlertFacts = dict[tuple[int, str], tuple[str, Decimal, bool, Decimal | None]]
+"""(ruleId, transactionId) -> (keyValue, aggregateValue, shadow, baselineValue): what the contract fixes about each
+alert (baselineValue is None for a rule without a baseline)."""
 
 
 def engine_alerts(spark: SparkSession, settings: Settings) -> AlertFacts:
-    """The alerts table's alerts, with their shadow flag (null, an older release's row, would read as live)."""
+    """The alerts table's alerts, with their shadow flag (null, an older release's row, would read as live) and
+    baseline value (None for a table without the column)."""
     frame = spark.read.format("delta").load(settings.table_path("alerts"))
-    rows = frame.select("ruleId", "transactionId", "keyValue", "aggregateValue", "shadow").collect()
-    return {(r["ruleId"], r["transactionId"]): (r["keyValue"], r["aggregateValue"], bool(r["shadow"])) for r in rows}
+    if "baselineValue" not in frame.columns:
+        frame = frame.withColumn("baselineValue", F.lit(None).cast("decimal(38,6)"))
+    columns = ("ruleId", "transactionId", "keyValue", "aggregateValue", "shadow", "baselineValue")
+    return {
+        (r["ruleId"], r["transactionId"]): (r["keyValue"], r["aggregateValue"], bool(r["shadow"]), r["baselineValue"])
+        for r in frame.select(*columns).collect()
+    }
 
 
 def reference_alerts(alerts: Sequence[Any]) -> AlertFacts:
     """``reference_evaluator.evaluate``'s alerts as ``AlertFacts``."""
     from pipelines.engine.keys import encode_key
 
-    return {(a.rule_id, a.transaction_id): (encode_key(a.key), a.aggregate_value, a.shadow) for a in alerts}
+    return {
+        (a.rule_id, a.transaction_id): (encode_key(a.key), a.aggregate_value, a.shadow, a.baseline_value)
+        for a in alerts
+    }
+
+
+def scenario_reference(case: Scenario) -> list[Any]:
+    """``reference_evaluator.evaluate`` over the scenario, with its bucket size, lateness and distinct cap."""
+    from reference_evaluator import RefBatch, evaluate  # tests/ is on sys.path under pytest
+
+    return evaluate(
+        [RefBatch(rules=b.live, transactions=b.transactions) for b in case.batches],
+        bucket_seconds=case.bucket_seconds,
+        allowed_lateness_seconds=case.allowed_lateness_seconds,
+        distinct_cap=case.distinct_cap,
+    )
 
 
 def alert_differences(expected: AlertFacts, actual: AlertFacts, shown: int = 8) -> str:

@@ -7,6 +7,14 @@ backfill), updated, widened (state rebuilt), paused, resumed, deleted (state dro
 are evaluated beside them: r12 released in shadow and promoted, r8 demoted to shadow and promoted back, r13 in
 shadow throughout on r1's state (alone on it once r1 is deleted). Retention runs every other batch, so trimmed
 state must still give exact answers. Alerts carry their shadow flag, which must equal the reference's too.
+
+The newer kinds run beside them, with a distinct cap of 4: COUNT_DISTINCT of a string field (r14, the transaction
+id per payment type over 25 hours, which saturates at the cap), of a long field (r15, narrowed then widened on the
+same id) and of a string field with nulls under a filter (r16, released in shadow); VALUE (r20, with a cooldown);
+relative limits with an AVG (r17: VALUE against the payer's 25-hour average, in shadow, then its baseline window
+narrowed to 61 minutes and widened back), a SUM per window (r18) and a COUNT baseline (r19, per window with
+minCount 0, then widened to a plain two-day count and narrowed back). Alerts of relative rules carry their
+baseline value, compared too.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from rules_cdc.rule_model import Rule, RuleState
 MIN = 60_000
 DAY = 86_400_000
 T0 = 1_700_006_400_000  # a UTC midnight: day tiles start here
+DISTINCT_CAP = 4
 
 
 def _rules() -> dict[str, Rule]:
@@ -117,6 +126,67 @@ def _rules() -> dict[str, Rule]:
         "r11": make_rule(11, limit=400, windowMinutes=1500),
         "r12": make_rule(12, groupingKeyNames=["beneficiaryId"], limit=250, windowMinutes=30, cooldownMinutes=5),
         "r13": make_rule(13, limit=100, windowMinutes=7),  # r1's state (same keys, field, filter)
+        **_newer_rules(),
+    }
+
+
+def _distinct(rule_id: int, field: str, **fields: Any) -> Rule:
+    return make_rule(rule_id, aggregatorFunctionType="COUNT_DISTINCT", aggregateFieldName=field, **fields)
+
+
+def _relative(rule_id: int, baseline: dict[str, Any], **fields: Any) -> Rule:
+    return make_rule(rule_id, baseline=baseline, **fields)
+
+
+def _newer_rules() -> dict[str, Rule]:
+    """COUNT_DISTINCT, VALUE and relative rules (the distinct cap is DISTINCT_CAP)."""
+    per_type = {"groupingKeyNames": ["paymentType"], "limitOperatorType": "EQUAL", "limit": DISTINCT_CAP}
+    per_payer = {"limitOperatorType": "GREATER_EQUAL", "limit": 3}
+    channels = {"groupingKeyNames": [], "limitOperatorType": "GREATER_EQUAL", "limit": 2, "windowMinutes": 3}
+    above_payer_avg = {"aggregatorFunctionType": "VALUE", "limit": Decimal("1.5"), "windowMinutes": 1}
+    count_field = {"groupingKeyNames": [], "aggregateFieldName": "COUNT", "aggregatorFunctionType": "COUNT"}
+    return {
+        "r14": _distinct(14, "transactionId", windowMinutes=1500, **per_type),
+        "r15": _distinct(15, "beneficiaryId", windowMinutes=61, **per_payer),
+        "r15narrow": _distinct(15, "beneficiaryId", windowMinutes=7, **per_payer),
+        "r15wide": _distinct(15, "beneficiaryId", windowMinutes=2880, **per_payer),
+        "r16": _distinct(16, "channel", filter={"field": "paymentAmount", "op": "GREATER", "value": 50}, **channels),
+        "r17": _relative(
+            17, {"aggregatorFunctionType": "AVG", "windowMinutes": 1500, "minCount": 3}, **above_payer_avg
+        ),
+        "r17narrow": _relative(
+            17, {"aggregatorFunctionType": "AVG", "windowMinutes": 61, "minCount": 3}, **above_payer_avg
+        ),
+        "r18": _relative(
+            18,
+            {"aggregatorFunctionType": "SUM", "windowMinutes": 61, "minCount": 5, "perWindow": True},
+            groupingKeyNames=["beneficiaryId"],
+            limit=2,
+            windowMinutes=7,
+        ),
+        "r19": _relative(
+            19,
+            {"aggregatorFunctionType": "COUNT", "windowMinutes": 30, "minCount": 0, "perWindow": True},
+            limit=3,
+            windowMinutes=3,
+            **count_field,
+        ),
+        "r19wide": _relative(
+            19,
+            {"aggregatorFunctionType": "COUNT", "windowMinutes": 2880},
+            limit=Decimal("0.05"),
+            windowMinutes=3,
+            limitOperatorType="LESS",
+            **count_field,
+        ),
+        "r20": make_rule(
+            20,
+            groupingKeyNames=[],
+            aggregatorFunctionType="VALUE",
+            limitOperatorType="GREATER_EQUAL",
+            limit=190,
+            cooldownMinutes=5,
+        ),
     }
 
 
@@ -128,7 +198,14 @@ def _timeline() -> list[list[Rule]]:
     """The live rules of each batch."""
     r = _rules()
     r12, r13 = shadow(r["r12"]), shadow(r["r13"])
-    return [
+    newer = [
+        [r["r14"], r["r15"], r["r16"], shadow(r["r17"]), r["r18"], r["r19"], r["r20"]],
+        [r["r14"], r["r15"], shadow(r["r16"]), r["r17"], r["r18"], r["r19"], r["r20"]],
+        [r["r14"], r["r15"], r["r16"], r["r17narrow"], r["r18"], r["r19wide"], paused(r["r20"])],
+        [r["r14"], r["r15narrow"], r["r16"], r["r17narrow"], r["r18"], r["r19wide"], r["r20"]],
+        [r["r14"], r["r15wide"], r["r16"], r["r17"], r["r18"], r["r19"], r["r20"]],
+    ]
+    classic = [
         [r["r1"], r["r2"], paused(r["r3"]), r["r4"], r["r5"], r["r6"], r["r7"], r["r8"], r12, r13],
         [r["r1"], r["r2b"], paused(r["r3"]), r["r4"], r["r5"], paused(r["r6"]), r["r7"], r["r8"], r["r9"], r12, r13],
         [
@@ -173,6 +250,7 @@ def _timeline() -> list[list[Rule]]:
             r13,
         ],
     ]
+    return [old + new for old, new in zip(classic, newer, strict=True)]
 
 
 CENTERS = [
@@ -214,7 +292,8 @@ def _transactions(rng: random.Random, batch: int, high_water: int | None, n: int
 
 
 def test_engine_alerts_equal_the_reference(spark: SparkSession, settings: Settings) -> None:
-    settings = settings.model_copy(update={"engine": EngineSettings(retention_every_batches=2)})
+    engine = EngineSettings(retention_every_batches=2, distinct_cap=DISTINCT_CAP)
+    settings = settings.model_copy(update={"engine": engine})
     fresh_lakehouse(spark, settings)
     handler = BatchHandler(settings, app_id="engine-contract", report=lambda line: None)
     rng = random.Random(20240607)
@@ -235,7 +314,7 @@ def test_engine_alerts_equal_the_reference(spark: SparkSession, settings: Settin
         latest = max(t["eventTime"] for t in transactions)
         high_water = latest if high_water is None else max(high_water, latest)
 
-    reference = evaluate(ref_batches, bucket_seconds=60, allowed_lateness_seconds=300)
+    reference = evaluate(ref_batches, bucket_seconds=60, allowed_lateness_seconds=300, distinct_cap=DISTINCT_CAP)
     expected = reference_alerts(reference)
     differences = alert_differences(expected, engine_alerts(spark, settings), shown=10)
     assert not differences, differences
@@ -244,6 +323,11 @@ def test_engine_alerts_equal_the_reference(spark: SparkSession, settings: Settin
     assert totals["late"] > 0 and totals["quarantined"] == 10
     shadow_ids = {key for key, facts in expected.items() if facts[2]}
     assert totals["alerts"] == len(expected) - len(shadow_ids) and totals["shadowAlerts"] == len(shadow_ids)
-    assert {rule_id for rule_id, _ in expected} >= {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}
-    assert {rule_id for rule_id, _ in shadow_ids} == {8, 12, 13}
-    assert {rule_id for rule_id, _ in set(expected) - shadow_ids} >= {8, 12}
+    assert {rule_id for rule_id, _ in expected} >= set(range(1, 21))
+    assert {rule_id for rule_id, _ in shadow_ids} == {8, 12, 13, 16, 17}
+    assert {rule_id for rule_id, _ in set(expected) - shadow_ids} >= {8, 12, 16, 17}
+    # r14 saturates: with the cap at 100 it would see exactly 4 transaction ids far less often.
+    uncapped = evaluate(ref_batches, bucket_seconds=60, allowed_lateness_seconds=300)
+    assert sum(1 for a in uncapped if a.rule_id == 14) < sum(1 for rule_id, _ in expected if rule_id == 14)
+    # Relative rules (and only they) carry a baseline value.
+    assert {key[0] for key, facts in expected.items() if facts[3] is not None} == {17, 18, 19}

@@ -12,6 +12,10 @@ One scenario of four micro-batches (run once for the module), with retention aft
 * widening: r5 (SUM per payer > 450) has a 2-minute window until batch 3, which widens it to 25 hours on the same
   id. By then retention has trimmed the state of its hour-old buckets, so only a rebuild from bronze (the engine
   docs' claim) gives the reference's sums, which include batch 0's transactions.
+* the newer kinds, widened and narrowed on the same id: r7 counts distinct payers (global) over 2 minutes, then
+  25 hours in batch 2 (so payer 2, seen only in batch 0 and trimmed since, must come back from bronze), then 30
+  minutes; r8 flags a payment below half the average of the payments before it, over a baseline of 5 minutes,
+  then 25 hours in batch 2 (the average must again include batch 0), then a 30-minute rule window and baseline.
 
 The engine's alerts must equal ``reference_evaluator.evaluate`` exactly; a few hand-derived facts pin the reference
 to the scenario's intent (a regression in the reference would show there too).
@@ -60,11 +64,45 @@ R5_WIDE = make_rule(5, limit=450, windowMinutes=1500)
 R6 = _cooldown_rule(6)
 R6_SHADOW = R6.model_copy(update={"rule_state": RuleState.SHADOW})
 
+
+def _distinct_payers(window: int) -> Rule:
+    """How many different payers paid in the window (all payments together): at least 2."""
+    return make_rule(
+        7,
+        groupingKeyNames=[],
+        aggregatorFunctionType="COUNT_DISTINCT",
+        aggregateFieldName="payerId",
+        limitOperatorType="GREATER_EQUAL",
+        limit=2,
+        windowMinutes=window,
+    )
+
+
+def _below_half_the_average(window: int, baseline_window: int) -> Rule:
+    """A payment below half the average of the payments before it (all payments together, at least one)."""
+    return make_rule(
+        8,
+        groupingKeyNames=[],
+        aggregatorFunctionType="VALUE",
+        limitOperatorType="LESS",
+        limit=Decimal("0.5"),
+        windowMinutes=window,
+        baseline={"aggregatorFunctionType": "AVG", "windowMinutes": baseline_window, "minCount": 1},
+    )
+
+
+R7_NARROW, R7_WIDE, R7_MID = _distinct_payers(2), _distinct_payers(1500), _distinct_payers(30)
+R8_NARROW, R8_WIDE, R8_MID = (
+    _below_half_the_average(1, 5),
+    _below_half_the_average(1, 1500),
+    _below_half_the_average(30, 30),
+)
+
 TIMELINE: list[list[Rule]] = [
-    [R1, R2, R3, R4_PLAIN, R5_NARROW, R6_SHADOW],  # r6 released in shadow mode
-    [R1, paused(R3), R4, R5_NARROW, R6],  # r2 deleted; r3 paused; r4 gets a cooldown; r6 promoted
-    [R1, R2, R3, R4, R5_NARROW, R6_SHADOW],  # r2 re-created; r3 resumed; r6 demoted
-    [R1, R2, R3, R4, R5_WIDE, R6],  # r5 widened on the same id; r6 promoted again
+    [R1, R2, R3, R4_PLAIN, R5_NARROW, R6_SHADOW, R7_NARROW, R8_NARROW],  # r6 released in shadow mode
+    [R1, paused(R3), R4, R5_NARROW, R6, R7_NARROW, R8_NARROW],  # r2 deleted; r3 paused; r4 cooldown; r6 promoted
+    [R1, R2, R3, R4, R5_NARROW, R6_SHADOW, R7_WIDE, R8_WIDE],  # r2 re-created; r3 resumed; r6 demoted; r7, r8 wide
+    [R1, R2, R3, R4, R5_WIDE, R6, R7_MID, R8_MID],  # r5 widened on the same id; r6 promoted again; r7, r8 narrowed
 ]
 
 
@@ -131,7 +169,7 @@ def test_a_widened_window_is_rebuilt_from_bronze(outcome: Outcome) -> None:
     first_hour = [t for t in outcome.r5_tiles_before_widening if t[2] < 2 and t[3] < T0 + HOUR]
     assert outcome.r5_tiles_before_widening and not first_hour, first_hour
     # The widened rule's sum at d0 includes a0..a2 (from bronze), b0, c0 and d0 itself: 600 > 450.
-    assert outcome.expected.get((5, "d0")) == ("[1]", Decimal("600.000000"), False)
+    assert outcome.expected.get((5, "d0")) == ("[1]", Decimal("600.000000"), False, None)
     assert {key for key in outcome.expected if key[0] == 5} == {(5, "d0")}
     assert _diff(outcome, {5}) == ""
 
@@ -144,3 +182,21 @@ def test_a_shadow_rule_keeps_its_cooldown_memory_through_promotion_and_demotion(
     # ... flagged shadow exactly in the batches where r6 was SHADOW (0: a0, a3), live after its promotions.
     assert {tx: facts[2] for tx, facts in r6.items()} == {"a0": True, "a3": True, "b1": False, "d0": False, "d1": False}
     assert _diff(outcome, {6}) == ""
+
+
+def test_a_distinct_count_and_a_relative_limit_are_widened_and_narrowed_on_the_same_id(outcome: Outcome) -> None:
+    r7 = {tx: facts[1] for (rule_id, tx), facts in outcome.expected.items() if rule_id == 7}
+    # 2 minutes: a3 sees payers {1, 2}, b1 {1, 3}; 25 hours: c0 and c1 see {1, 2, 3}, payer 2 only from batch 0;
+    # 30 minutes: d0 sees only itself, d1 {1, 2}.
+    assert r7 == {"a3": 2, "b1": 2, "c0": 3, "c1": 3, "d1": 2}
+    r8 = {tx: facts[1:] for (rule_id, tx), facts in outcome.expected.items() if rule_id == 8}
+    # a3 (7.25) and b1 (5) under half of 100; c1 (5) under half the average of a0..c0, 512.25 / 7 = 73.178571
+    # (without batch 0 it would be 68.333333); d1 (3.50) under half of d0's 100 (c0, c1 are out of 30 minutes).
+    assert {tx: facts[2] for tx, facts in r8.items()} == {
+        "a3": Decimal(100),
+        "b1": Decimal(100),
+        "c1": Decimal("73.178571"),
+        "d1": Decimal(100),
+    }
+    assert r8["c1"][0] == Decimal("5.000000") and not any(facts[1] for facts in r8.values())
+    assert _diff(outcome, {7, 8}) == ""

@@ -1,10 +1,11 @@
 """Randomized contract runs: the engine's alerts equal the brute-force reference on random scenarios.
 
 Each seed is one scenario (tests/contract_scenarios.py): random rules, random lifecycles on the same rule ids
-between micro-batches, random batches with edge cases, random bucket size, lateness and retention cadence. The
-engine runs it batch by batch; its alerts table must equal ``reference_evaluator.evaluate`` exactly (rule,
-transaction, key, aggregate value, shadow flag: SHADOW rules are created, promoted and demoted too), and its batch
-counts must agree with what was fed (live and shadow alerts counted apart).
+between micro-batches, random batches with edge cases, random bucket size, lateness, retention cadence and distinct
+cap; COUNT_DISTINCT, VALUE and relative rules beside the classic aggregators. The engine runs it batch by batch;
+its alerts table must equal ``reference_evaluator.evaluate`` exactly (rule, transaction, key, aggregate value,
+shadow flag: SHADOW rules are created, promoted and demoted too; the baseline value of relative rules), and its
+batch counts must agree with what was fed (live and shadow alerts counted apart).
 
 ``make test`` runs FRAUDLAKE_CONTRACT_EXAMPLES seeds (default 2: the short form, CI's budget) from a fixed base, so
 CI is reproducible;
@@ -24,12 +25,12 @@ from contract_scenarios import (
     put_batch_rules,
     reference_alerts,
     scenario,
+    scenario_reference,
     scenario_settings,
 )
 from engine_fixtures import raw_frame
 from lakehouse_template import fresh_lakehouse
 from pyspark.sql import SparkSession
-from reference_evaluator import RefBatch, evaluate
 
 from pipelines.base.settings import Settings
 from pipelines.engine.batch_handler import BatchHandler
@@ -63,16 +64,12 @@ def test_random_scenario_alerts_equal_the_reference(
         for name in counted:
             counted[name] += counts[name]
 
-    reference = evaluate(
-        [RefBatch(rules=b.live, transactions=b.transactions) for b in case.batches],
-        bucket_seconds=case.bucket_seconds,
-        allowed_lateness_seconds=case.allowed_lateness_seconds,
-    )
+    reference = scenario_reference(case)
     expected = reference_alerts(reference)
     differences = alert_differences(expected, engine_alerts(spark, run_settings))
     assert not differences, (
         f"seed {seed} (bucket {case.bucket_seconds} s, lateness {case.allowed_lateness_seconds} s, retention every "
-        f"{case.retention_every_batches}): {differences}"
+        f"{case.retention_every_batches}, distinct cap {case.distinct_cap}): {differences}"
     )
     shadow = sum(1 for a in reference if a.shadow)
     assert counted == {"alerts": len(reference) - shadow, "shadowAlerts": shadow}, f"seed {seed}"

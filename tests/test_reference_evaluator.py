@@ -6,7 +6,16 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from reference_evaluator import RefAlert, RefBatch, bucket_index, counts_for, evaluate, filter_passes, key_of
+from reference_evaluator import (
+    RefAlert,
+    RefBatch,
+    bucket_index,
+    counts_for,
+    distinct_token,
+    evaluate,
+    filter_passes,
+    key_of,
+)
 
 from rules_cdc.filter_expr import parse_filter
 from rules_cdc.rule_model import Rule
@@ -302,3 +311,161 @@ def test_promotion_and_demotion_keep_the_cooldown_memory_and_switch_the_flag() -
         [RefBatch([active], [tx("a", 0)]), RefBatch([shadow], [tx("b", MIN)]), RefBatch([shadow], [tx("c", 10 * MIN)])]
     )
     assert [(a.transaction_id, a.shadow) for a in demoted] == [("a", False), ("c", True)]
+
+
+# ---- COUNT_DISTINCT, VALUE and relative limits ----------------------------------------------------------------
+
+
+def baselines(alerts: list[RefAlert]) -> dict[str, Decimal | None]:
+    return {a.transaction_id: a.baseline_value for a in alerts}
+
+
+def distinct_rule(**fields: Any) -> Rule:
+    """COUNT_DISTINCT of paymentType per payer over 5 minutes, GREATER_EQUAL 1 (every evaluated x alerts)."""
+    base = {"aggregatorFunctionType": "COUNT_DISTINCT", "aggregateFieldName": "paymentType", "windowMinutes": 5}
+    return rule(**(base | {"limitOperatorType": "GREATER_EQUAL", "limit": 1} | fields))
+
+
+DISTINCT_BATCH = [
+    tx("a", 0, paymentType="CSH"),
+    tx("b", MIN, paymentType="CRD"),
+    tx("c", 2 * MIN, paymentType="CSH"),  # seen before: still 2
+    tx("d", 3 * MIN, paymentType="TRF"),
+    tx("e", 3 * MIN + 1),  # no paymentType: neither counted nor evaluated
+    tx("f", 4 * MIN, paymentType="WEB"),
+    tx("g", 4 * MIN + 1, paymentType="CSH", payer=2),  # another key
+    tx("h", 10 * MIN, paymentType="TRF"),  # buckets 5..10: only itself
+]
+
+
+def test_count_distinct_counts_different_non_null_values_in_the_window() -> None:
+    alerts = evaluate([RefBatch([distinct_rule()], DISTINCT_BATCH)])
+    assert values(alerts) == {"a": 1, "b": 2, "c": 2, "d": 3, "f": 4, "g": 1, "h": 1}
+    assert all(a.baseline_value is None for a in alerts) and str(alerts[0].aggregate_value) == "1.000000"
+
+
+def test_count_distinct_saturates_at_the_cap() -> None:
+    capped = evaluate([RefBatch([distinct_rule()], DISTINCT_BATCH)], distinct_cap=3)
+    assert values(capped) == {"a": 1, "b": 2, "c": 2, "d": 3, "f": 3, "g": 1, "h": 1}
+    # A limit at the cap can never be exceeded: 4 distinct values read as 3, "at least 3".
+    above = distinct_rule(limitOperatorType="GREATER", limit=3)
+    assert ids(evaluate([RefBatch([above], DISTINCT_BATCH)], distinct_cap=3)) == []
+    assert ids(evaluate([RefBatch([above], DISTINCT_BATCH)])) == ["f"]
+    at_cap = distinct_rule(limitOperatorType="EQUAL", limit=3)
+    assert ids(evaluate([RefBatch([at_cap], DISTINCT_BATCH)], distinct_cap=3)) == ["d", "f"]
+
+
+def test_count_distinct_of_a_long_field_and_at_equal_timestamps() -> None:
+    r = distinct_rule(aggregateFieldName="beneficiaryId", groupingKeyNames=[])
+    batch = [
+        tx("b", 0, beneficiaryId=11),
+        tx("a", 0, beneficiaryId=10),  # same time: a precedes b
+        tx("c", 0, beneficiaryId=10),
+        tx("d", 1, beneficiaryId=None),
+        tx("e", 2, beneficiaryId=12),
+    ]
+    assert values(evaluate([RefBatch([r], batch)])) == {"a": 1, "b": 2, "c": 2, "e": 3}
+
+
+def test_distinct_values_are_told_apart_as_their_column_type_writes_them() -> None:
+    assert distinct_token(Decimal("1.5")) == distinct_token(Decimal("1.50")) == distinct_token(1.5)
+    assert distinct_token(0.0) != distinct_token(-0.0) and distinct_token(0) == distinct_token(0.0)
+    assert distinct_token("1") != distinct_token(1) and distinct_token(True) != distinct_token(1)
+    r = distinct_rule(aggregateFieldName="paymentAmount", groupingKeyNames=[])
+    batch = [tx("a", 0, Decimal("1.5")), tx("b", 1, Decimal("1.50")), tx("c", 2, Decimal("-1.50"))]
+    assert values(evaluate([RefBatch([r], batch)])) == {"a": 1, "b": 1, "c": 2}
+
+
+def test_value_is_the_transactions_own_value() -> None:
+    r = rule(aggregatorFunctionType="VALUE", limit=15, windowMinutes=1)
+    batch = [tx("a", 0, Decimal("10")), tx("b", 1, Decimal("20.5")), tx("c", 2, None), tx("d", 3, Decimal("16"))]
+    alerts = evaluate([RefBatch([r], batch)])
+    assert [(a.transaction_id, str(a.aggregate_value), a.baseline_value) for a in alerts] == [
+        ("b", "20.500000", None),
+        ("d", "16.000000", None),
+    ]
+
+
+def relative(aggregator: str, **fields: Any) -> Rule:
+    """VALUE of paymentAmount per payer (window 1) against a baseline over 10 minutes, GREATER 2, unless overridden."""
+    window = {"aggregatorFunctionType": aggregator, "windowMinutes": fields.pop("baselineWindow", 10)}
+    window |= {k: fields.pop(k) for k in ("minCount", "perWindow") if k in fields}
+    base = {"aggregatorFunctionType": "VALUE", "limitOperatorType": "GREATER", "limit": 2, "baseline": window}
+    return rule(**(base | fields))
+
+
+STEPS = [tx("a", 0, Decimal(10)), tx("b", MIN, Decimal(20)), tx("c", 2 * MIN, Decimal(31)), tx("d", 3 * MIN, 100)]
+
+
+def test_an_avg_baseline_excludes_x_and_rounds_half_up() -> None:
+    alerts = evaluate([RefBatch([relative("AVG")], STEPS)])
+    # a: no history (minCount 1); b: 20 > 2*10 fails; c: 31 > 2*15 (with c itself the average would be 20.33);
+    # d: 100 > 2*20.333333 (61/3 rounded down).
+    assert baselines(alerts) == {"c": Decimal("15.000000"), "d": Decimal("20.333333")}
+    assert values(alerts) == {"c": Decimal("31.000000"), "d": Decimal("100.000000")}
+    at_least = evaluate([RefBatch([relative("AVG", limitOperatorType="GREATER_EQUAL")], STEPS)])
+    assert ids(at_least) == ["b", "c", "d"]
+    # HALF_UP: the average of 0.000002 and 0.000003 is 0.000003, and c's own 0.000003 equals 1 x it.
+    tiny = [tx("a", 0, Decimal("0.000002")), tx("b", 1, Decimal("0.000003")), tx("c", 2, Decimal("0.000003"))]
+    equal = evaluate([RefBatch([relative("AVG", limitOperatorType="EQUAL", limit=1)], tiny)])
+    assert baselines(equal) == {"c": Decimal("0.000003")}
+
+
+def test_an_avg_baseline_without_values_raises_nothing() -> None:
+    # COUNT over beneficiaryId counts transactions, so a null beneficiary is in the baseline set, without a value.
+    r = relative("AVG", aggregatorFunctionType="COUNT", aggregateFieldName="beneficiaryId", limit=0, minCount=0)
+    empty = [tx("a", 0, beneficiaryId=None), tx("b", 1, beneficiaryId=None)]
+    assert evaluate([RefBatch([r], empty)]) == []
+    one = [tx("a", 0, beneficiaryId=None), tx("b", 1, beneficiaryId=4), tx("c", 2, beneficiaryId=None)]
+    assert baselines(evaluate([RefBatch([r], one)])) == {"c": Decimal("4.000000")}
+
+
+def test_a_sum_baseline_and_min_count() -> None:
+    r = relative("SUM", aggregatorFunctionType="SUM", limit=1, baselineWindow=3, minCount=0)
+    # SUM over 1 minute (x's bucket and the one before) against the SUM of buckets [x-3, x] before x.
+    alerts = evaluate([RefBatch([r], STEPS)])
+    assert values(alerts) == {"a": 10, "b": 30, "c": 51, "d": 131}
+    assert baselines(alerts) == {"a": 0, "b": 10, "c": 30, "d": 61}  # a: the empty baseline sums to 0
+    needs_two = relative("SUM", aggregatorFunctionType="SUM", limit=1, baselineWindow=3, minCount=2)
+    assert ids(evaluate([RefBatch([needs_two], STEPS)])) == ["c", "d"]
+
+
+def test_per_window_scales_the_baseline_exactly() -> None:
+    plain = relative("SUM", aggregatorFunctionType="SUM", limit=3, baselineWindow=3)
+    per_window = relative("SUM", aggregatorFunctionType="SUM", limit=3, baselineWindow=3, perWindow=True)
+    assert ids(evaluate([RefBatch([plain], STEPS)])) == []  # 30 > 30, 51 > 90, 131 > 183: never
+    assert baselines(evaluate([RefBatch([per_window], STEPS)])) == {"b": 10, "c": 30, "d": 61}  # B' = B/3
+    # Exactly: 3 * (10 * 1/3) is 10, not 3 * 3.333333; rounding B' would miss this EQUAL.
+    equal = relative(
+        "SUM", aggregatorFunctionType="SUM", limitOperatorType="EQUAL", limit=3, baselineWindow=3, perWindow=True
+    )
+    assert ids(evaluate([RefBatch([equal], [tx("a", 0, Decimal(10)), tx("b", MIN, Decimal(0))])])) == ["b"]
+
+
+def test_a_count_baseline_counts_the_history_without_x() -> None:
+    # COUNT per payer over 1 minute >= 1 x the number of transactions of the 10 minutes before x (at least 2 of them).
+    fields: dict[str, Any] = {"aggregatorFunctionType": "COUNT", "aggregateFieldName": "COUNT", "minCount": 2}
+    r = relative("COUNT", **fields, limitOperatorType="GREATER_EQUAL", limit=1)
+    batch = [tx("a", 0), tx("b", 0), tx("c", 4 * MIN), tx("d", 4 * MIN), tx("e", 4 * MIN + 1), tx("f", 5 * MIN)]
+    alerts = evaluate([RefBatch([r], batch)])
+    # c: 1 >= 2 fails; d: 2 >= 3 fails; e: 3 >= 4 fails; f (bucket 5: count over buckets 4..5 = 4) >= 5 fails ...
+    assert alerts == []
+    # ... but per window (B' = n/10) they hold once there are 2 before x (a and b are held back by minCount).
+    scaled = relative("COUNT", **fields, limitOperatorType="GREATER_EQUAL", limit=1, perWindow=True)
+    assert baselines(evaluate([RefBatch([scaled], batch)])) == {"c": 2, "d": 3, "e": 4, "f": 5}
+
+
+def test_equal_timestamps_put_the_earlier_transaction_id_in_the_baseline() -> None:
+    r = relative("COUNT", limitOperatorType="GREATER_EQUAL", limit=1)
+    batch = [tx("b", 5, Decimal(7)), tx("a", 5, Decimal(3))]
+    # a precedes b: b's baseline is {a} (n = 1), a's is empty (no alert under minCount 1).
+    assert [(a.transaction_id, a.aggregate_value, a.baseline_value) for a in evaluate([RefBatch([r], batch)])] == [
+        ("b", Decimal(7), Decimal(1))
+    ]
+
+
+def test_a_relative_rule_is_cooled_down_and_shadowed_like_any_rule() -> None:
+    r = relative("AVG", limitOperatorType="GREATER_EQUAL", limit=1, cooldownMinutes=2, ruleState="SHADOW")
+    alerts = evaluate([RefBatch([r], STEPS)])
+    # b (20 >= 10) emitted, c suppressed (2 min later: not before b + 2), d emitted.
+    assert [(a.transaction_id, a.shadow) for a in alerts] == [("b", True), ("d", True)]
