@@ -21,6 +21,9 @@ from pipelines.console import params
 from pipelines.console.lake_reader import Condition, LakeReader
 from pipelines.engine.alert_rows import EXPORT_FIELDS
 
+OPTIONAL_COLUMNS = ("baselineValue",)
+"""Read only when the alerts table has them (a relative rule's ``B``: a table of an older release lacks the column
+until the engine's next start adds it), whether or not ``EXPORT_FIELDS`` names them."""
 BadQuery = params.BadParameter
 """A filter the page cannot use; the message says which and why."""
 
@@ -69,13 +72,16 @@ def recent_alerts(
     reader: LakeReader, query: AlertQuery, *, after: dt.datetime | None = None, limit: int = 200
 ) -> list[dict[str, Any]]:
     """Matching alerts, newest detection first (then rule, transaction), at most ``limit``; each with the fields
-    the alerts topic carries (``alert_rows.EXPORT_FIELDS``)."""
+    the alerts topic carries (``alert_rows.EXPORT_FIELDS``), and ``OPTIONAL_COLUMNS`` where the table has them."""
     where = query.conditions()
     if after is not None:
         where.append(("detectedAt", ">", after))
         # detectedDate partitions the table: skip the days before the cursor.
         where.append(("detectedDate", ">=", after.date() - dt.timedelta(days=1)))
-    rows = reader.rows(ALERTS.name, columns=[*EXPORT_FIELDS, "shadow"], where=where)
+    present = set(reader.columns(ALERTS.name))
+    wanted = dict.fromkeys([*EXPORT_FIELDS, *OPTIONAL_COLUMNS, "shadow"])
+    columns = [c for c in wanted if c in present or c not in OPTIONAL_COLUMNS]
+    rows = reader.rows(ALERTS.name, columns=columns, where=where)
     rows = [r for r in rows if not r.pop("shadow")]  # a SHADOW rule's alerts are not live ones (null: older, live)
     rows.sort(key=lambda r: (r["detectedAt"], r["ruleId"], r["transactionId"]), reverse=True)
     return rows[:limit]

@@ -29,6 +29,7 @@ from pipelines.console.edit_progress import EditLog
 from pipelines.console.lake_reader import LakeReader
 from pipelines.console.rule_writes import RuleWriter
 from pipelines.console.rules_data import plain_number
+from pipelines.console.window_math import exact_text
 
 READ_TIMEOUT_S = 30.0
 """Longest a page waits for the lakehouse (a Delta read, the evidence's bronze scan) before it answers 504."""
@@ -105,6 +106,7 @@ class ConsoleContext:
         templates = Jinja2Templates(directory=str(TEMPLATES))
         templates.env.filters["time"] = _time
         templates.env.filters["num"] = _number
+        templates.env.filters["exact"] = exact_text  # a fraction (k * B * W / W2) exactly, or ≈ 6 decimals
         return cls(
             settings=settings,
             reader=LakeReader(settings, spark=spark),

@@ -74,6 +74,10 @@ class LakeReader:
         """The table's current version (read from its log, whatever its features); raises ``TableMissing``."""
         return int(self._delta(table).version())
 
+    def columns(self, table: str) -> list[str]:
+        """The table's column names (from its log: a column an older release lacks is not there)."""
+        return [f.name for f in self._delta(table).schema().fields]
+
     def read(self, table: str, *, columns: Sequence[str] | None = None, where: Sequence[Condition] = ()) -> pa.Table:
         """The rows of ``table`` matching every condition of ``where`` (all columns unless ``columns``)."""
         delta = self._delta(table)

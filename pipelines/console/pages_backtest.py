@@ -25,7 +25,7 @@ from pipelines.console.backtest_jobs import (
     backtest_range,
 )
 from pipelines.console.context import ConsoleContext, console_of
-from pipelines.console.evidence import Evidence, EvidenceUnavailable, window_evidence
+from pipelines.console.evidence import BASELINE_COLUMN, Evidence, EvidenceUnavailable, window_evidence
 from pipelines.console.lake_reader import TableMissing
 from pipelines.console.pages_rules import form_choices
 from pipelines.console.rule_form import RuleFormValues
@@ -143,6 +143,7 @@ def _sample_evidence(
             batch_id=None,
             alert_value=alert["aggregateValue"],
             precedence="history",
+            baseline_value=alert.get(BASELINE_COLUMN),  # when the engine's backtest gives it
         )
     except (EvidenceUnavailable, TableMissing) as error:
         return None, str(error)

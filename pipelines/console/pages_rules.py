@@ -27,7 +27,7 @@ from pipelines.console.blocking import PoolBusy, PoolTimeout
 from pipelines.console.context import ConsoleContext, console_of
 from pipelines.console.edit_progress import EditRecord, edit_progress
 from pipelines.console.pages_proposals import acting_user, proposals_connect
-from pipelines.console.rule_form import AGGREGATORS, OPERATORS, STATES, RuleFormValues
+from pipelines.console.rule_form import AGGREGATORS, BASELINE_AGGREGATORS, OPERATORS, STATES, RuleFormValues
 from pipelines.console.rule_writes import Action, Committed, EditRefused, RulesDbWriter, WriteFailed
 from pipelines.console.rules_data import RuleEntry, rule_entry, rule_history, rules_overview, table_view
 from rules_cdc.proposals import Proposal, ProposalRefused, ProposalsUnavailable, propose
@@ -45,7 +45,10 @@ def form_choices(console: ConsoleContext) -> dict[str, Any]:
         "operators": OPERATORS,
         "states": STATES,
         "numeric_fields": [COUNT_FIELD, *(f.name for f in schema.fields if f.is_numeric)],
+        "other_fields": [f.name for f in schema.fields if not f.is_numeric],  # COUNT_DISTINCT counts any type
         "key_fields": list(schema.names()),
+        "baseline_aggregators": BASELINE_AGGREGATORS,
+        "distinct_cap": console.settings.engine.distinct_cap,
     }
 
 

@@ -60,7 +60,8 @@
               code(a.transactionId),
               cell(time(a.eventTime)),
               cell(a.aggregatorFunctionType + " " + a.aggregateValue, "num value"),
-              cell(a.limitOperatorType + " " + a.limit + " (" + a.windowMinutes + " min)"),
+              cell(a.limitOperatorType + " " + a.limit + (a.baselineValue == null ? "" : " × baseline " + a.baselineValue) +
+                " (" + a.windowMinutes + " min)"),
               cell(a.batchId),
               cell(a.latencyMs == null ? "-" : (a.latencyMs / 1000).toFixed(1) + " s", "num"),
               link("evidence", "/alerts/evidence?id=" + encodeURIComponent(a.alertId), "evidence"),
@@ -187,6 +188,20 @@
   }
 
   window.fraudlake = { followAlerts, followEdit, followBacktest, healthCharts, dayChart };
+})();
+
+// The rule form: the limit is a factor once a baseline is chosen; the page says so as the choice changes. The
+// model validates everything (nothing is disabled or dropped here: what is typed is what is sent).
+(function () {
+  "use strict";
+  const baseline = document.getElementById("f-baselineAggregator");
+  const label = document.getElementById("limit-label");
+  if (!baseline || !label) return;
+  const update = () => {
+    label.textContent = baseline.value ? "Limit (factor k of the baseline)" : "Limit";
+  };
+  baseline.addEventListener("change", update);
+  update();
 })();
 
 // CSRF: every state-changing request carries the session's token. Forms get it as a hidden field from the
