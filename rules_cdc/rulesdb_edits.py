@@ -96,14 +96,14 @@ def _upsert(cur: Any, rules: Sequence[Rule]) -> str:
     from psycopg import sql
 
     columns = sql.SQL(", ").join(sql.Identifier(c) for c in DATABASE_COLUMNS)
-    values = sql.SQL(", ").join(sql.SQL(_CASTS.get(c, "%s")) for c in DATABASE_COLUMNS)
+    values = sql.SQL(", ").join(sql.SQL(database_placeholder(c)) for c in DATABASE_COLUMNS)
     updates = sql.SQL(", ").join(
         sql.SQL("{0} = excluded.{0}").format(sql.Identifier(c)) for c in DATABASE_COLUMNS if c != "rule_id"
     )
     statement = sql.SQL("INSERT INTO {} ({}) VALUES ({}) ON CONFLICT (rule_id) DO UPDATE SET {}").format(
         sql.Identifier(RULES_TABLE), columns, values, updates
     )
-    cur.executemany(statement, [_row_values(rule) for rule in rules])
+    cur.executemany(statement, [database_values(rule) for rule in rules])
     return f"upserted rule_id {', '.join(str(r.rule_id) for r in rules)} in {RULES_TABLE}"
 
 
@@ -130,7 +130,13 @@ def _change(cur: Any, action: str, rule_id: int) -> str:
     return f"set rule_state = {state.value} for rule_id = {rule_id} in {RULES_TABLE}"
 
 
-def _row_values(rule: Rule) -> list[Any]:
+def database_placeholder(column: str) -> str:
+    """The statement's placeholder for a ``fraud_rules`` column, with the cast its parameter needs."""
+    return _CASTS.get(column, "%s")
+
+
+def database_values(rule: Rule) -> list[Any]:
+    """The parameters of a ``fraud_rules`` row (``DATABASE_COLUMNS`` order) for ``database_placeholder``'s SQL."""
     row = database_row(rule)
     for column in _JSONB:  # JSON text, cast to jsonb by the statement: a parameter, never SQL text
         row[column] = json.dumps(row[column]) if row[column] is not None else None

@@ -38,7 +38,8 @@ from pipelines.local.rulesdb_secrets import SecretError
 from rules_cdc.plan_changes import TableView
 from rules_cdc.publisher import PublishRefused, edit_events, publish
 from rules_cdc.rule_model import Rule, RuleState
-from rules_cdc.rule_rows import DATABASE_COLUMNS, database_row, rule_from_row
+from rules_cdc.rule_rows import DATABASE_COLUMNS, rule_from_row
+from rules_cdc.rulesdb_edits import database_placeholder, database_values
 from rules_cdc.source_position import pg_position
 
 Action = Literal["create", "update", "pause", "resume", "delete"]
@@ -211,7 +212,7 @@ class RulesDbWriter:
         if action in ("create", "update"):
             assert rule is not None
             columns = sql.SQL(", ").join(sql.Identifier(c) for c in DATABASE_COLUMNS)
-            values = sql.SQL(", ").join(sql.SQL(_CASTS.get(c, "%s")) for c in DATABASE_COLUMNS)
+            values = sql.SQL(", ").join(sql.SQL(database_placeholder(c)) for c in DATABASE_COLUMNS)
             conflict: sql.Composable = sql.SQL("DO NOTHING")
             if action == "update":
                 conflict = sql.SQL("DO UPDATE SET ") + sql.SQL(", ").join(
@@ -220,7 +221,7 @@ class RulesDbWriter:
                     if c != "rule_id"
                 )
             statement = sql.SQL("INSERT INTO {} ({}) VALUES ({}) ON CONFLICT (rule_id) ").format(table, columns, values)
-            cur.execute(statement + conflict, _row_values(rule))
+            cur.execute(statement + conflict, database_values(rule))
             if cur.rowcount == 0:
                 raise EditRefused(f"rule {rule_id} already exists in the rules database: edit it instead")
             return f"{'inserted' if action == 'create' else 'upserted'} row rule_id = {rule_id} in {RULES_TABLE}"
@@ -243,17 +244,6 @@ class RulesDbWriter:
             raise EditRefused(f"rule {rule_id} is already {state.value} in the rules database")
         cur.execute(sql.SQL("UPDATE {} SET rule_state = %s WHERE rule_id = %s").format(table), (state.value, rule_id))
         return f"set rule_state = {state.value} for rule_id = {rule_id} in {RULES_TABLE}"
-
-
-_CASTS = {"grouping_key_names": "%s::text[]", "limit_value": "%s::numeric", "filter": "%s::jsonb"}
-
-
-def _row_values(rule: Rule) -> list[Any]:
-    import json
-
-    row = database_row(rule)
-    row["filter"] = json.dumps(row["filter"]) if row["filter"] is not None else None
-    return [row[c] for c in DATABASE_COLUMNS]
 
 
 class TopicWriter:
