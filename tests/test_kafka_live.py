@@ -60,10 +60,18 @@ pytestmark = pytest.mark.kafka
 DEADLINE_SECONDS = 420.0
 """Per wait. About 30 s on an idle machine; generous because a shared 2-core box can make a micro-batch take 2 min."""
 MAX_LATENCY_MS = 3_600_000  # a sanity bound (units, clocks), far above the slowest batch seen on a loaded machine
-CATCHES = {"large_payment": {6}, "velocity_burst": {2, 3}, "structuring": {4}, "fan_out": {5}}
+CATCHES = {
+    "large_payment": {6},
+    "velocity_burst": {2, 3},
+    "structuring": {4},
+    "fan_out": {5, 7},
+    "amount_spike": {8},
+}
 """Which sample rules (conf/sample_rules.json) are designed to catch which generator pattern."""
+NEW_ID = 9
+"""The rule added mid-run (the sample rules are 1-8)."""
 NEW_RULE = {
-    "ruleId": 7,
+    "ruleId": NEW_ID,
     "ruleName": "single transfer of 9,000 or more",
     "ruleState": "ACTIVE",
     "groupingKeyNames": ["payerId"],
@@ -191,7 +199,7 @@ def test_rules_and_transactions_live_through_kafka(
     settings = live_settings(settings, kafka_broker)
     topics = settings.kafka.topics
     ensure_topics(settings, [topics.transactions, topics.rules, topics.alerts])
-    first, first_episodes = generated(seed=5, start_ms=int(time.time() * 1000) - 45 * 60_000, arrivals=1000)
+    first, first_episodes = generated(seed=7, start_ms=int(time.time() * 1000) - 45 * 60_000, arrivals=1000)
     second, second_episodes = generated(seed=6, start_ms=max(r["eventTime"] for r in first) + 60_000, arrivals=600)
     assert all(first_episodes.get(p, 0) >= 2 for p in PATTERNS), first_episodes
     assert all(second_episodes.get(p, 0) >= 1 for p in PATTERNS), second_episodes
@@ -226,7 +234,7 @@ def test_rules_and_transactions_live_through_kafka(
         edit_rules(spark, settings, "upsert", rules=[new_rule_model], publish_to="kafka")
         edit_rules(spark, settings, "pause", rule_id=PAUSED, publish_to="kafka")
         edit_rules(spark, settings, "delete", rule_id=DELETED, publish_to="kafka")
-        expected = {1: "ACTIVE", 2: "ACTIVE", 3: "ACTIVE", 4: "ACTIVE", PAUSED: "PAUSED", 7: "ACTIVE"}
+        expected = {r.rule_id: "ACTIVE" for r in rules if r.rule_id != DELETED} | {PAUSED: "PAUSED", NEW_ID: "ACTIVE"}
         live_wait("the edits in the rules table", lambda: rule_states(spark, settings) == expected)
         changed = table_version(spark, settings.table_path("rules"))
 
@@ -250,7 +258,7 @@ def test_rules_and_transactions_live_through_kafka(
     assert after and min(b["batchId"] for b in after) > max(b["batchId"] for b in before)
 
     # From the first batch on the new rules version: the new rule alerts, the paused and deleted ones do not.
-    new_rule = [a for a in alerts if a["ruleId"] == 7]
+    new_rule = [a for a in alerts if a["ruleId"] == NEW_ID]
     assert new_rule and all(a["rulesVersion"] >= changed and a["transactionId"] in second_ids for a in new_rule)
     large_after = {r["transactionId"] for r in second if r["fraudPattern"] == "large_payment"}
     assert large_after and large_after <= {a["transactionId"] for a in new_rule}  # each one a transfer >= 75,000
@@ -258,7 +266,7 @@ def test_rules_and_transactions_live_through_kafka(
     assert silenced and all(a["rulesVersion"] < changed and a["transactionId"] in first_ids for a in silenced)
     assert not any(a["ruleId"] in (PAUSED, DELETED) for a in alerts if a["transactionId"] in second_ids)
     still_active = {a["ruleId"] for a in alerts if a["transactionId"] in second_ids}
-    assert {2, 3, 4, 7} <= still_active, still_active
+    assert {2, 3, 4, NEW_ID} <= still_active, still_active
 
     # The alerts topic: every Delta alert (at-least-once: ids may repeat, none is missing or foreign).
     assert set(on_topic) == {a["alertId"] for a in alerts}
@@ -284,13 +292,15 @@ def test_rules_and_transactions_live_through_kafka(
     printed: list[str] = []
     summary = tail_alerts(
         settings,
-        TailOptions(from_beginning=True, rule_id=7, max_alerts=len(new_rule), timeout_seconds=20),
+        TailOptions(from_beginning=True, rule_id=NEW_ID, max_alerts=len(new_rule), timeout_seconds=20),
         out=printed.append,
     )
     parsed = [LINE.match(line) for line in printed]
     assert all(parsed) and summary.printed == len(new_rule), printed
     assert {m["tx"] for m in parsed if m} == {a["transactionId"] for a in new_rule}
-    assert all(m["rule"] == "7" and m["agg"] == "MAX" and m["op"] == ">=" and m["limit"] == "9000" for m in parsed if m)
+    assert all(
+        m["rule"] == str(NEW_ID) and m["agg"] == "MAX" and m["op"] == ">=" and m["limit"] == "9000" for m in parsed if m
+    )
     assert all(Decimal(m["value"]) >= 9000 and m["window"] == "1" for m in parsed if m)
     conf = write_conf(settings, tmp_path)
     code, out = cli(capsys, settings, conf, "alerts", "latency", "--last", "0")
@@ -366,6 +376,9 @@ def test_alerts_tail_prints_each_alert_once(
         "alerts tail: 2 alert(s), 1 repeat(s) skipped, 1 unreadable record(s); latency p50/p95/p99 4200/4200/4200 ms"
     )
     assert format_alert(TailedAlert(alert_record(2, "tx-d", ingested=""), None)).endswith("latency 2.2 s")
+    relative = {**alert_record(3, "tx-e", ingested="", value="100"), "aggregatorFunctionType": "VALUE"}
+    relative.update(limitOperatorType="GREATER", limit=Decimal("5.000000"), baselineValue=Decimal("17.000000"))
+    assert "VALUE 100 > 5 x baseline 17 (3 min)" in format_alert(TailedAlert(relative, None))
 
     conf = write_conf(settings, tmp_path)
     code, out = cli(capsys, settings, conf, "alerts", "tail", "--from-beginning", "--max", "1", "--timeout", "5")

@@ -88,8 +88,12 @@ def bucket_count(first: dt.datetime | None, last: dt.datetime | None, grain: str
 
 
 def alerts_over_time(alerts: DataFrame, grain: str) -> DataFrame:
-    """Per event-time bucket (``date_trunc(grain)``) and rule: alert count and the aggregate's range vs the limit."""
+    """Per event-time bucket (``date_trunc(grain)``) and rule: alert count and the aggregate's range vs the limit
+    (none for a relative rule's alerts: their limit is a factor of each key's own baseline, not a line to draw)."""
     aggregate = F.col("aggregateValue").cast("double")
+    fixed_limit = F.col("limit").cast("double")
+    if "baselineValue" in alerts.columns:
+        fixed_limit = F.when(F.col("baselineValue").isNull(), fixed_limit)
     return (
         alerts.groupBy(F.date_trunc(grain, "eventTime").alias("bucket"), "ruleId")
         .agg(
@@ -97,7 +101,7 @@ def alerts_over_time(alerts: DataFrame, grain: str) -> DataFrame:
             F.min(aggregate).alias("minAggregate"),
             F.avg(aggregate).alias("avgAggregate"),
             F.max(aggregate).alias("maxAggregate"),
-            F.max(F.col("limit").cast("double")).alias("limit"),
+            F.max(fixed_limit).alias("limit"),
         )
         .orderBy("bucket", "ruleId")
     )

@@ -122,10 +122,13 @@ def format_alert(tailed: TailedAlert) -> str:
     when = dt.datetime.fromtimestamp(detected / 1000, dt.UTC).strftime("%H:%M:%S.%f")[:-3] if detected else "--:--:--"
     operator = OPERATORS.get(str(alert.get("limitOperatorType")), str(alert.get("limitOperatorType")))
     latency = tailed.latency_ms
+    limit = plain(alert.get("limit"))
+    if alert.get("baselineValue") is not None:  # a relative limit: a factor of the key's own baseline
+        limit = f"{limit} x baseline {plain(alert.get('baselineValue'))}"
     return (
         f"{when}  rule {alert.get('ruleId')}  key {alert.get('key')}  "
         f"{alert.get('aggregatorFunctionType')} {plain(alert.get('aggregateValue'))} {operator} "
-        f"{plain(alert.get('limit'))} ({alert.get('windowMinutes')} min)  tx {alert.get('transactionId')}  "
+        f"{limit} ({alert.get('windowMinutes')} min)  tx {alert.get('transactionId')}  "
         f"batch {alert.get('batchId')}  latency {'-' if latency is None else f'{latency / 1000:.1f} s'}"
     )
 
