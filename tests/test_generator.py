@@ -2,20 +2,34 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+import time
 from collections import Counter, defaultdict
 from dataclasses import replace
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pipelines.base.settings import Settings
+from pipelines.generator.landing import generate_landing
 from pipelines.generator.transactions import (
     FAN_OUT_SIZE,
     LARGE_PAYMENT_MIN,
+    NEW_BENEFICIARY_ID_BASE,
     NORMAL_AMOUNT_CAP,
+    PATTERNS,
+    QUIET_PAYER_ID_BASE,
+    SPIKE_AMOUNT_MAX,
+    SPIKE_FACTOR,
+    SPIKE_GAP_MINUTES,
+    SPIKE_HISTORY_MINUTES,
+    SPIKE_HISTORY_SIZE,
+    SPIKE_STEADY_SPREAD,
+    SPIKE_USUAL_AMOUNT,
     STRUCTURING_FLOOR,
     STRUCTURING_LIMIT,
     STRUCTURING_SIZE,
@@ -32,6 +46,8 @@ START_MS = 1_700_000_000_000
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 AMOUNT = re.compile(r"^\d+\.\d{2}$")
 EXTRA_FIELDS = ("fraudPattern", "fraudEpisode")
+GOLDEN_SEED_4 = "4bd64a81ebc002b767d7465eddc2ce4cbe93cf818dc67fe824b9e12fefea89f1"
+"""sha256 of seed 4's first 20,000 records (old patterns' rates), written by the generator before amount_spike."""
 
 
 def run_steps(config: GeneratorConfig, steps: int) -> tuple[TransactionGenerator, list[Transaction]]:
@@ -105,7 +121,7 @@ def test_keys_are_skewed() -> None:
 
 
 def test_each_pattern_appears_at_its_rate_and_is_labelled() -> None:
-    rates = FraudRates(large_payment=0.01, velocity_burst=0.004, structuring=0.006, fan_out=0.003)
+    rates = FraudRates(large_payment=0.01, velocity_burst=0.004, structuring=0.006, fan_out=0.003, amount_spike=0.003)
     steps = 20_000
     generator, records = run_steps(GeneratorConfig(seed=4, start_ms=START_MS, fraud=rates), steps)
     episodes = episodes_of(records)
@@ -133,10 +149,52 @@ def test_each_pattern_appears_at_its_rate_and_is_labelled() -> None:
             assert STRUCTURING_SIZE[0] <= len(members) <= STRUCTURING_SIZE[1] and span_ms <= 30 * 60_000
             assert len({r["beneficiaryId"] for r in members}) == 1
             assert all(STRUCTURING_FLOOR <= a < STRUCTURING_LIMIT for a in amounts)
-        else:
+        elif pattern == "fan_out":
             assert FAN_OUT_SIZE[0] <= len(members) <= FAN_OUT_SIZE[1] and span_ms <= 150_000
             beneficiaries = {r["beneficiaryId"] for r in members}
             assert len(beneficiaries) == len(members) and beneficiaries.isdisjoint(normal_beneficiaries)
+        else:
+            assert pattern == "amount_spike"
+            assert SPIKE_HISTORY_SIZE[0] + 1 <= len(members) <= SPIKE_HISTORY_SIZE[1] + 1
+            assert span_ms <= (SPIKE_HISTORY_MINUTES[1] + SPIKE_GAP_MINUTES[1]) * 60_000
+            assert {r["paymentType"] for r in members} == {"TRF"}
+
+
+def test_an_amount_spike_is_a_steady_history_then_one_transfer_many_times_the_usual() -> None:
+    generator, records = run_steps(
+        GeneratorConfig(seed=8, start_ms=START_MS, fraud=FraudRates(amount_spike=0.01)), 5000
+    )
+    episodes = {e: m for e, m in episodes_of(records).items() if e.startswith("amount_spike:")}
+    assert len(episodes) == generator.episodes["amount_spike"] >= 30
+    low, high = SPIKE_USUAL_AMOUNT
+    for members in episodes.values():
+        *history, spike = sorted(members, key=lambda r: r["eventTime"])
+        amounts = [Decimal(r["paymentAmount"]) for r in history]
+        assert len({r["beneficiaryId"] for r in history}) == 1  # one regular beneficiary
+        assert spike["beneficiaryId"] >= NEW_BENEFICIARY_ID_BASE  # the spike goes somewhere new
+        assert spike["payerId"] >= QUIET_PAYER_ID_BASE  # a payer of its own: no other traffic blurs its history
+        usual = sum(amounts) / len(amounts)
+        assert low * Decimal(1 - SPIKE_STEADY_SPREAD) <= usual <= high * Decimal(1 + SPIKE_STEADY_SPREAD)
+        assert max(amounts) <= min(amounts) * Decimal((1 + SPIKE_STEADY_SPREAD) / (1 - SPIKE_STEADY_SPREAD)) + 1
+        # Many times the history's amounts, yet below what an absolute large-payment rule would flag.
+        spiked = Decimal(spike["paymentAmount"])
+        assert spiked >= max(amounts) * SPIKE_FACTOR[0] / Decimal(1 + SPIKE_STEADY_SPREAD)
+        assert spiked <= SPIKE_AMOUNT_MAX < LARGE_PAYMENT_MIN
+        assert spike["eventTime"] - history[-1]["eventTime"] >= SPIKE_GAP_MINUTES[0] * 60_000
+
+
+def test_a_new_pattern_at_rate_zero_leaves_the_old_patterns_runs_as_they_were() -> None:
+    """The rates of the old patterns alone draw exactly the records they drew before amount_spike existed: these
+    are the first records of seed 4's run as the generator wrote them before (a new pattern is appended last)."""
+    rates = FraudRates(large_payment=0.01, velocity_burst=0.004, structuring=0.006, fan_out=0.003)
+    records = generate(GeneratorConfig(seed=4, start_ms=START_MS, fraud=rates), 20_000)
+    assert PATTERNS[-1] == "amount_spike" and "amount_spike" not in {r["fraudPattern"] for r in records}
+    digest = hashlib.sha256("\n".join(map(to_json, records)).encode()).hexdigest()
+    assert digest == GOLDEN_SEED_4
+
+
+def test_split_spreads_the_total_over_every_pattern() -> None:
+    assert FraudRates.split(0.01).as_dict() == {p: pytest.approx(0.002) for p in PATTERNS}
 
 
 def test_no_fraud_means_no_labels() -> None:
@@ -158,3 +216,19 @@ def test_config_rejects_nonsense(bad: dict[str, Any]) -> None:
         GeneratorConfig(**bad)
     with pytest.raises(ValueError):
         FraudRates(large_payment=0.6, fan_out=0.6)
+
+
+def test_the_demos_landing_ends_about_now_with_every_episode_complete(settings: Settings) -> None:
+    """Episodes in progress at the end are completed, and the run moved back so that none of it is in the future
+    (data quality refuses event times past ingestion + quality.max_future_skew_minutes)."""
+    before = int(time.time() * 1000)
+    episodes = generate_landing(settings, count=4000, files=2, fraud_rate=0.004, seed=7)
+    after = int(time.time() * 1000)
+    lines = [line for path in sorted(Path(settings.landing_path("transactions")).iterdir()) for line in path.open()]
+    records = [json.loads(line) for line in lines[:-2]]  # the last two: the malformed ones
+    assert len(records) >= 4000 and set(episodes) == set(PATTERNS)
+    assert before - 1000 <= max(r["eventTime"] for r in records) <= after
+    grouped = episodes_of(records)
+    assert Counter(e.split(":")[0] for e in grouped) == Counter(episodes)
+    spikes = [m for e, m in grouped.items() if e.startswith("amount_spike:")]
+    assert all(len(m) >= SPIKE_HISTORY_SIZE[0] + 1 for m in spikes)

@@ -1,5 +1,9 @@
 """The demo's landing files: generated transactions with injected fraud, ending about now, and two malformed records.
 
+The episodes still in progress at the last arrival are completed (an amount spike's history spans up to half an
+hour), and the whole run is then moved back in time so that its last record is now, not in the future: data quality
+refuses event times more than ``quality.max_future_skew_minutes`` after their ingestion.
+
 Example::
 
     episodes = generate_landing(settings, count=4000, files=2, fraud_rate=0.004, seed=7)
@@ -19,7 +23,8 @@ from pipelines.generator.transactions import FraudRates, GeneratorConfig, Transa
 def generate_landing(settings: Settings, *, count: int, files: int, fraud_rate: float, seed: int) -> dict[str, int]:
     """About ``count`` transactions ending about now, in ``files`` landing files, two of them malformed."""
     events_per_second = 2.0  # ~33 minutes of event time for 4000: every pattern's episode fits in it
-    start_ms = int(time.time() * 1000) - int(count / events_per_second * 1000)
+    now_ms = int(time.time() * 1000)
+    start_ms = now_ms - int(count / events_per_second * 1000)
     config = GeneratorConfig(
         seed=seed,
         start_ms=start_ms,
@@ -30,6 +35,9 @@ def generate_landing(settings: Settings, *, count: int, files: int, fraud_rate: 
     )
     generator = TransactionGenerator(config)
     records = [*itertools.islice(generator, count), *generator.drain()]  # drain: the episodes in progress
+    overshoot = max((r["eventTime"] for r in records), default=now_ms) - now_ms
+    for record in records if overshoot > 0 else ():
+        record["eventTime"] -= overshoot
     landing = Path(settings.landing_path("transactions"))
     sink = FileSink(landing, records_per_file=-(-len(records) // files))
     for record in records:

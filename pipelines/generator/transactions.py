@@ -13,7 +13,14 @@ records carry ``null`` in both (extra fields: the engine keeps them in ``extraFi
 * ``structuring``: ``STRUCTURING_SIZE`` transfers just under ``STRUCTURING_LIMIT`` from one payer to one
   beneficiary within ``STRUCTURING_MINUTES``.
 * ``fan_out``: ``FAN_OUT_SIZE`` transfers from one payer to as many never-seen beneficiaries within
-  ``FAN_OUT_SECONDS``.
+  ``FAN_OUT_SECONDS`` (a mule spreading money: one payer, many different beneficiaries within minutes).
+* ``amount_spike``: a quiet payer (one of its own, from ``QUIET_PAYER_ID_BASE`` on, with no normal traffic) with a
+  steady history, ``SPIKE_HISTORY_SIZE`` transfers of about one amount (within ``SPIKE_STEADY_SPREAD`` of its usual
+  amount) to one regular beneficiary over ``SPIKE_HISTORY_MINUTES``; then, ``SPIKE_GAP_MINUTES`` after the last,
+  one transfer of ``SPIKE_FACTOR`` times the usual amount to a never-seen beneficiary (an account taken over and
+  emptied). The spike stays under ``SPIKE_AMOUNT_MAX``: only a limit relative to the payer's own history tells it
+  apart. The whole episode is labelled (the history too, as a burst's first payments are); the spike is its last
+  record. The history is compressed into minutes so that it fits a run.
 
 Episode records are scheduled at their own event times and emitted interleaved with normal traffic, in event-time
 order; ``jitter_ms`` then moves each record's eventTime back by up to that much (out of order, like a real feed).
@@ -39,7 +46,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-PATTERNS = ("large_payment", "velocity_burst", "structuring", "fan_out")
+PATTERNS = ("large_payment", "velocity_burst", "structuring", "fan_out", "amount_spike")
 
 LARGE_PAYMENT_MIN = Decimal("75000.00")
 LARGE_PAYMENT_MAX = Decimal("2500000.00")
@@ -51,11 +58,20 @@ STRUCTURING_SIZE = (5, 8)
 STRUCTURING_MINUTES = (5, 30)
 FAN_OUT_SIZE = (12, 20)
 FAN_OUT_SECONDS = (60, 150)
+SPIKE_HISTORY_SIZE = (6, 10)
+SPIKE_HISTORY_MINUTES = (10, 25)
+SPIKE_GAP_MINUTES = (1, 5)
+SPIKE_USUAL_AMOUNT = (Decimal("150.00"), Decimal("600.00"))
+SPIKE_STEADY_SPREAD = 0.1
+SPIKE_FACTOR = (20, 50)
+SPIKE_AMOUNT_MAX = Decimal("45000.00")
 NORMAL_AMOUNT_CAP = Decimal("20000.00")
 
 PAYER_ID_BASE = 1_000_000
 BENEFICIARY_ID_BASE = 5_000_000
 NEW_BENEFICIARY_ID_BASE = 9_000_000
+QUIET_PAYER_ID_BASE = 4_000_000
+"""Payers with no normal traffic: an amount spike's payer, whose steady history is all the run holds of it."""
 
 Transaction = dict[str, Any]
 """One record, JSON-ready: camelCase fields of conf's transaction schema plus ``fraudPattern``/``fraudEpisode``."""
@@ -81,6 +97,7 @@ class FraudRates:
     velocity_burst: float = 0.0
     structuring: float = 0.0
     fan_out: float = 0.0
+    amount_spike: float = 0.0
 
     def __post_init__(self) -> None:
         rates = self.as_dict().values()
@@ -89,7 +106,7 @@ class FraudRates:
 
     @classmethod
     def split(cls, total: float) -> FraudRates:
-        """``total`` spread evenly over the four patterns."""
+        """``total`` spread evenly over the patterns."""
         return cls(*(total / len(PATTERNS),) * len(PATTERNS))
 
     def as_dict(self) -> dict[str, float]:
@@ -158,6 +175,7 @@ class TransactionGenerator:
         self._pending: list[tuple[float, int, Transaction]] = []  # (scheduled ms, sequence, record)
         self._sequence = itertools.count()
         self._new_beneficiaries = itertools.count(NEW_BENEFICIARY_ID_BASE)
+        self._quiet_payers = itertools.count(QUIET_PAYER_ID_BASE)
         self._clock_ms = float(config.start_ms)
         self.steps = 0
         self.episodes: Counter[str] = Counter()
@@ -259,6 +277,7 @@ class TransactionGenerator:
             "velocity_burst": self._velocity_burst,
             "structuring": self._structuring,
             "fan_out": self._fan_out,
+            "amount_spike": self._amount_spike,
         }
         return builders[pattern]()
 
@@ -315,6 +334,33 @@ class TransactionGenerator:
             (offset, self._record(payer, next(self._new_beneficiaries), self._amount(400.0, 0.6), "TRF", channel))
             for offset in offsets
         ]
+
+    def _amount_spike(self) -> list[tuple[float, Transaction]]:
+        # A quiet account of its own: its history is the steady transfers alone, so the spike stands out against
+        # them whatever else the run holds (a busy payer's own large transfers would blur it).
+        payer = next(self._quiet_payers)
+        regular = self._beneficiaries.draw(self._rng)
+        low, high = (float(a) for a in SPIKE_USUAL_AMOUNT)
+        usual = self._rng.uniform(low, high)
+        count = self._rng.randint(*SPIKE_HISTORY_SIZE)
+        offsets = self._spread(count, self._rng.uniform(*SPIKE_HISTORY_MINUTES) * 60_000)
+        channel = _weighted(self._rng, [("WEB", 0.5), ("MOBILE", 0.5)])
+        history = [
+            (
+                offset,
+                self._record(
+                    payer,
+                    regular,
+                    _cents(usual * self._rng.uniform(1 - SPIKE_STEADY_SPREAD, 1 + SPIKE_STEADY_SPREAD)),
+                    "TRF",
+                    channel,
+                ),
+            )
+            for offset in offsets
+        ]
+        spike_at = offsets[-1] + self._rng.uniform(*SPIKE_GAP_MINUTES) * 60_000
+        amount = min(_cents(usual * self._rng.uniform(*SPIKE_FACTOR)), SPIKE_AMOUNT_MAX)
+        return [*history, (spike_at, self._record(payer, next(self._new_beneficiaries), amount, "TRF", channel))]
 
 
 def generate(config: GeneratorConfig, count: int) -> list[Transaction]:
