@@ -17,10 +17,9 @@ import time
 from pathlib import Path
 
 import pytest
-from contract_scenarios import scenario
+from contract_scenarios import scenario, scenario_reference
 from engine_fixtures import alerts_by_id
 from pyspark.sql import SparkSession
-from reference_evaluator import RefBatch, evaluate
 from rules_cdc_support import write_conf
 
 from pipelines.base.settings import REPO_ROOT, Settings
@@ -71,12 +70,7 @@ def test_the_contract_scenario_on_a_standalone_cluster(
         assert counts["rows"] == len(batch.transactions) + len(batch.invalid)
         assert counts["quarantined"] == len(batch.invalid)
     expected = {
-        (a.rule_id, a.transaction_id): (encode_key(a.key), a.aggregate_value)
-        for a in evaluate(
-            [RefBatch(b.live, b.transactions) for b in case.batches],
-            bucket_seconds=case.bucket_seconds,
-            allowed_lateness_seconds=case.allowed_lateness_seconds,
-        )
+        (a.rule_id, a.transaction_id): (encode_key(a.key), a.aggregate_value) for a in scenario_reference(case)
     }
     assert expected and alerts_by_id(spark, settings) == expected
     print(
