@@ -87,10 +87,10 @@ _OPERATORS = {"GREATER": ">", "GREATER_EQUAL": ">=", "LESS": "<", "LESS_EQUAL": 
 def rule_text(row: dict[str, Any]) -> str:
     """A rules row's condition in one line (a tombstone without content: ``-``), e.g.::
 
-        SUM(paymentAmount) > 1000000 in 10080 min by [payerId,beneficiaryId]
+        SUM(paymentAmount) > 1000000 in 7 days by [payerId,beneficiaryId]
         COUNT_DISTINCT(beneficiaryId) > 5 in 60 min by [payerId]
-        VALUE(paymentAmount) > 5 x AVG over 43200 min (min 5 tx) by [payerId]
-        SUM(paymentAmount) in 60 min > 3 x SUM per 60 min over 10080 min (min 10 tx) by [payerId]
+        VALUE(paymentAmount) > 5 x AVG over 30 days (min 5 tx) by [payerId]
+        SUM(paymentAmount) in 60 min > 3 x SUM per 60 min over 7 days (min 10 tx) by [payerId]
 
     ``VALUE`` is the transaction's own value: its window sizes nothing, so it is not shown. With a baseline the
     limit is a factor of the key's own history aggregate (``perWindow``: scaled to the rule's window); the factor's
@@ -100,21 +100,29 @@ def rule_text(row: dict[str, Any]) -> str:
         return "-"
     operator = _OPERATORS.get(row.get("limitOperatorType") or "", row.get("limitOperatorType") or "?")
     value = f"{aggregator}({row.get('aggregateFieldName')})"
-    window = "" if aggregator == "VALUE" or row.get("windowMinutes") is None else f" in {row['windowMinutes']} min"
-    baseline = _baseline_of(row.get("baseline"))
+    window = "" if aggregator == "VALUE" or row.get("windowMinutes") is None else f" in {span(row['windowMinutes'])}"
+    baseline = baseline_of(row.get("baseline"))
     if baseline is None:
         text = f"{value} {operator} {_plain(row.get('limit'))}{window}"
     else:
-        scaled = f" per {row.get('windowMinutes')} min" if baseline.get("perWindow") else ""
+        scaled = f" per {span(row.get('windowMinutes'))}" if baseline.get("perWindow") else ""
         text = (
             f"{value}{window} {operator} {_plain(row.get('limit'))} {TIMES} {baseline.get('aggregatorFunctionType')}"
-            f"{scaled} over {baseline.get('windowMinutes')} min (min {baseline.get('minCount', 1)} tx)"
+            f"{scaled} over {span(baseline.get('windowMinutes'))} (min {baseline.get('minCount', 1)} tx)"
         )
     keys = row.get("groupingKeyNames") or []
     return f"{text} by [{','.join(keys)}]" if keys else text
 
 
-def _baseline_of(value: Any) -> dict[str, Any] | None:
+def span(minutes: Any) -> str:
+    """``60 min``, ``1 day``, ``30 days`` (whole days as days)."""
+    if not isinstance(minutes, int) or minutes <= 0 or minutes % 1440:
+        return f"{minutes} min"
+    days = minutes // 1440
+    return "1 day" if days == 1 else f"{days} days"
+
+
+def baseline_of(value: Any) -> dict[str, Any] | None:
     """A rules row's ``baseline`` (canonical JSON text) as a dict; None when absent (or not an object)."""
     if isinstance(value, str) and value.strip():
         try:

@@ -69,9 +69,7 @@ def test_the_contract_scenario_on_a_standalone_cluster(
     for counts, batch in zip(report["counts"], case.batches, strict=True):
         assert counts["rows"] == len(batch.transactions) + len(batch.invalid)
         assert counts["quarantined"] == len(batch.invalid)
-    expected = {
-        (a.rule_id, a.transaction_id): (encode_key(a.key), a.aggregate_value) for a in scenario_reference(case)
-    }
+    expected = {(a.rule_id, a.transaction_id): (encode_key(a.key), a.aggregate_value) for a in scenario_reference(case)}
     assert expected and alerts_by_id(spark, settings) == expected
     print(
         f"cluster test: {wall:.0f} s from cluster start to stop ({len(expected)} alerts); driver: "

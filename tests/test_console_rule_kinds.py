@@ -38,11 +38,12 @@ from pipelines.console.evidence import window_evidence
 from pipelines.console.lake_reader import LakeReader
 from pipelines.console.rule_form import RuleFormValues
 from pipelines.console.rule_writes import Action, Committed
-from pipelines.console.rules_data import TIMES, describe
+from pipelines.console.rules_data import describe
 from pipelines.engine.keys import encode_key
 from rules_cdc.plan_changes import TableView
 from rules_cdc.rule_model import Aggregator, Baseline, BaselineAggregator, Rule
 from rules_cdc.rule_rows import rule_to_row
+from rules_cdc.rules_views import TIMES
 
 HOUR = 60 * MINUTE
 UTC_BASE = BASE.replace(tzinfo=dt.UTC)
@@ -209,7 +210,7 @@ def test_the_form_offers_both_kinds_and_takes_a_distinct_count_and_a_relative_ru
     assert rule is not None and rule.aggregator_function_type is Aggregator.VALUE
     assert rule.baseline == Baseline(aggregator=BaselineAggregator.AVG, window_minutes=43200, min_count=5)
     assert describe(rule_to_row(rule, source_position="x", source_op="c", source_ts_ms=None)) == (
-        f"VALUE(paymentAmount) by [payerId] GREATER 5 {TIMES} AVG(paymentAmount) over 30 days, at least 5 tx"
+        f"VALUE(paymentAmount) > 5 {TIMES} AVG over 30 days (min 5 tx) by [payerId]"
     )
 
     per_window = form_of(33, baselineAggregator="SUM", baselineWindowMinutes="420", baselinePerWindow="on", **typed)
@@ -266,14 +267,11 @@ def test_the_rules_pages_describe_both_kinds_and_the_edit_form_keeps_the_baselin
     status, page, _ = fetch(url + "/rules")
     assert status == 200
     text = html.unescape(page)
-    assert "COUNT_DISTINCT(beneficiaryId) by [payerId] GREATER 2 over 60 min" in text
-    assert f"VALUE(paymentAmount) by [payerId] GREATER 5 {TIMES} AVG(paymentAmount) over 1 day, at least 3 tx" in text
-    assert (
-        f"SUM(paymentAmount) over 60 min by [payerId] GREATER_EQUAL 2 {TIMES} SUM(paymentAmount) per 60 min "
-        "over 420 min, at least 2 tx" in text
-    )
+    assert "COUNT_DISTINCT(beneficiaryId) > 2 in 60 min by [payerId]" in text
+    assert f"VALUE(paymentAmount) > 5 {TIMES} AVG over 1 day (min 3 tx) by [payerId]" in text
+    assert f"SUM(paymentAmount) in 60 min >= 2 {TIMES} SUM per 60 min over 420 min (min 2 tx) by [payerId]" in text
     status, page, _ = fetch(url + "/rules/22")
-    assert status == 200 and f"{TIMES} AVG(paymentAmount) over 1 day" in text_of(page, "rule-definition")
+    assert status == 200 and f"{TIMES} AVG over 1 day" in text_of(page, "rule-definition")
     status, page, _ = fetch(url + "/rules/22/edit")
     assert status == 200 and "<option selected>AVG</option>" in page
     assert 'id="f-baselineWindowMinutes" value="1440"' in page and 'id="f-baselineMinCount" value="3"' in page

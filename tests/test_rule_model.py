@@ -237,7 +237,7 @@ def test_rules_table_rows_keep_the_baseline_and_older_rows_have_none(
     assert database_row(distinct)["baseline"] is None
     # `fraudlake rules list` prints both kinds readably.
     assert rule_text(read[0]) == "COUNT_DISTINCT(beneficiaryId) > 5 in 60 min by [payerId]"
-    assert rule_text(read[1]) == "VALUE(paymentAmount) > 5 \u00d7 AVG over 43200 min (min 5 tx) by [payerId]"
+    assert rule_text(read[1]) == "VALUE(paymentAmount) > 5 \u00d7 AVG over 30 days (min 5 tx) by [payerId]"
     per_window = parse_rule(
         {
             **RELATIVE,
@@ -250,6 +250,4 @@ def test_rules_table_rows_keep_the_baseline_and_older_rows_have_none(
         schema,
     )
     per_window_row = rule_to_row(per_window, source_position="p", source_op="c", source_ts_ms=1)
-    assert (
-        rule_text(per_window_row) == "SUM(paymentAmount) in 60 min > 3 \u00d7 SUM per 60 min over 10080 min (min 10 tx)"
-    )
+    assert rule_text(per_window_row) == "SUM(paymentAmount) in 60 min > 3 \u00d7 SUM per 60 min over 7 days (min 10 tx)"

@@ -154,7 +154,7 @@ def test_rules_of_the_new_kinds_written_in_sql_reach_the_rules_table_equal_to_th
     listed = read_rules(spark, settings)
     text = rules_table_text(listed)
     assert "COUNT_DISTINCT(beneficiaryId) > 5 in 60 min by [payerId]" in text
-    assert "VALUE(paymentAmount) > 5 \u00d7 AVG over 43200 min (min 5 tx) by [payerId]" in text
+    assert "VALUE(paymentAmount) > 5 \u00d7 AVG over 30 days (min 5 tx) by [payerId]" in text
     by_id = {r["ruleId"]: r for r in rules_json(listed)}
     assert by_id[4]["baseline"] == {
         "aggregatorFunctionType": "AVG",

@@ -10,7 +10,6 @@ Example::
 from __future__ import annotations
 
 import datetime as dt
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,7 +27,7 @@ from rules_cdc.plan_changes import TableView, Watermark
 from rules_cdc.rejected_changes import MAX_LISTED, Rejection, rejection_of
 from rules_cdc.rule_model import Rule
 from rules_cdc.rule_rows import LIVE_STATES, TRUNCATE_MARKER_ID, rule_from_row
-from rules_cdc.rules_views import rule_json
+from rules_cdc.rules_views import rule_json, rule_text
 
 
 @dataclass(frozen=True)
@@ -73,62 +72,21 @@ class RulesOverview:
     rejections: list[Rejection] = field(default_factory=list)
 
 
-TIMES = "\u00d7"
-"""The multiplication sign of a relative limit's text (k times the baseline)."""
-
-
 def describe(row: Mapping[str, Any]) -> str:
-    """A rule for people (a tombstone without content: ``-``)::
+    """A rule for people: the condition as ``fraudlake rules list`` writes it (``rules_views.rule_text``), then its
+    filter and cooldown (a tombstone without content: ``-``)::
 
-        SUM(paymentAmount) by [payerId] GREATER 100 over 10 min
-        COUNT_DISTINCT(beneficiaryId) by [payerId] GREATER 5 over 60 min
-        VALUE(paymentAmount) by [payerId] GREATER 5 TIMES AVG(paymentAmount) over 30 days, at least 5 tx
-
-    (``TIMES`` is the multiplication sign.) A relative limit (``baseline``, the rules table's canonical JSON or an
-    object) reads as the factor times the baseline's aggregate over its window (``per 60 min`` when scaled to the
-    rule's window); VALUE has no window.
+        SUM(paymentAmount) > 100 in 10 min by [payerId]
+        VALUE(paymentAmount) > 5 x AVG over 30 days (min 5 tx) by [payerId], cooldown 10 min
     """
-    aggregator = row.get("aggregatorFunctionType")
-    if aggregator is None:
-        return "-"
-    keys = ", ".join(row.get("groupingKeyNames") or []) or "all transactions"
-    limit = plain_number(row.get("limit"))
-    field = row["aggregateFieldName"]
-    window = "" if aggregator == "VALUE" else f" over {span(row['windowMinutes'])}"
-    baseline = _baseline_of(row)
-    if baseline is None:
-        text = f"{aggregator}({field}) by [{keys}] {row['limitOperatorType']} {limit}{window}"
-    else:
-        per = f" per {span(row['windowMinutes'])}" if baseline.get("perWindow") else ""
-        text = (
-            f"{aggregator}({field}){window} by [{keys}] {row['limitOperatorType']} {limit} {TIMES} "
-            f"{baseline.get('aggregatorFunctionType')}({field}){per} over {span(baseline.get('windowMinutes'))}, "
-            f"at least {baseline.get('minCount', 1)} tx"
-        )
+    text = rule_text(dict(row))
+    if text == "-":
+        return text
     if row.get("filter"):
         text += f" where {row['filter']}"
     if row.get("cooldownMinutes"):
         text += f", cooldown {row['cooldownMinutes']} min"
     return text
-
-
-def span(minutes: Any) -> str:
-    """``60 min``, ``1 day``, ``30 days`` (whole days as days)."""
-    if not isinstance(minutes, int) or minutes <= 0 or minutes % 1440:
-        return f"{minutes} min"
-    days = minutes // 1440
-    return "1 day" if days == 1 else f"{days} days"
-
-
-def _baseline_of(row: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The row's baseline as an object (the rules table keeps canonical JSON; a row of an older table has none)."""
-    value = row.get("baseline")
-    if isinstance(value, str):
-        try:
-            value = json.loads(value) if value.strip() else None
-        except ValueError:
-            return {"aggregatorFunctionType": value}
-    return value if isinstance(value, dict) else None
 
 
 def plain_number(value: Any) -> str:
