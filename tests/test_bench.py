@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
 
@@ -16,13 +17,14 @@ from pipelines.bench.floor import FloorResult
 from pipelines.bench.live_latency import LiveResult
 from pipelines.bench.per_event import PerEventHandler
 from pipelines.bench.report import Chart, Report, Table, write_report
-from pipelines.bench.scenarios import Plan, Results, merge
+from pipelines.bench.scenarios import KIND_SETS, Plan, Results, merge, run_all
 from pipelines.bench.sliding_window import SlidingWindowResult
 from pipelines.bench.state_size import StateSize, engine_state_mismatches, steady_state_sizes
 from pipelines.bench.summary import BENCHMARKS_DOC, PROFILE_SECTION, build_report, profile_notes
-from pipelines.bench.workload import Workload, transactions
+from pipelines.bench.workload import Workload, mixed_rule_set, rule_set, transactions
 from pipelines.engine.batch_handler import BatchHandler
 from pipelines.engine.keys import encode_key
+from pipelines.engine.states import LiveRule, states_of
 
 MINUTE = 60_000
 
@@ -126,6 +128,10 @@ def test_report_has_a_table_per_scenario_the_targets_and_charts(tmp_path: Path) 
     }
     results.live = {"files": LiveResult("files", 2000.0, 60.0, 120_000, 50, 1.5, 3.0, 4.0, 4.5, 1.2, 30)}
     results.heap = [("a", 1000, 300.0), ("b", 20000, 320.0)]
+    results.kinds = {
+        "today": [_backlog(1500.0, 900.0, 1000)],
+        "mixed": [replace(_backlog(1200.0, 1100.0, 1500), foreach_seconds=[3.0, 2.6, 2.6, 2.6])],
+    }
     written = write_report(
         build_report(results, profile=["a profile note"]), tmp_path / "b.md", chart_dir=tmp_path / "c"
     )
@@ -139,6 +145,7 @@ def test_report_has_a_table_per_scenario_the_targets_and_charts(tmp_path: Path) 
         "bucket tiles vs per-event rows",
         "latency",
         "driver heap",
+        "today's kinds vs 5 COUNT_DISTINCT + 5 relative",
         "a profile note",
     ):
         assert heading in text
@@ -147,6 +154,11 @@ def test_report_has_a_table_per_scenario_the_targets_and_charts(tmp_path: Path) 
     assert "9.5x in rows" in text and "**met**" in text
     assert "p50 1.50 s, p95 3.00 s, p99 4.00 s at 2,000 tx/s" in text
     assert "1.25x (2.00 s vs 1.60 s)" in text  # the engine's median foreachBatch vs the append+MERGE floor's
+    assert "Mixed vs today: 1.30x (2.60 s vs 2.00 s" in text  # the rule kinds, and in the targets:
+    assert (
+        "| 20 rules with 5 COUNT_DISTINCT and 5 relative vs today's 20" in text
+        and "| 1.30x (2.60 s vs 2.00 s) |" in text
+    )
     pngs = [p for p in written if p.suffix == ".png"]
     assert pngs and all(p.stat().st_size > 1000 for p in pngs)
     assert "](c/windows.png)" in text
@@ -197,3 +209,33 @@ def test_table_markdown_and_bar_chart(tmp_path: Path) -> None:
     report.section("s").charts.append(Chart("bars", "t", "x", "y", {"one": [(0.0, 1.0)]}, kind="bar", xticks=["a"]))
     write_report(report, tmp_path / "r.md", chart_dir=tmp_path / "charts")
     assert (tmp_path / "charts" / "bars.png").exists()
+
+
+def test_the_mixed_rule_set_is_ten_of_todays_rules_five_distinct_counts_and_five_relative(
+    base_settings: Settings,
+) -> None:
+    today = rule_set(20, window_minutes=60, states=4)
+    mixed = mixed_rule_set(20, window_minutes=60, states=4, distinct=5, relative=5)
+    assert [r.rule_id for r in mixed] == list(range(1, 21)) and mixed[:10] == today[:10]
+    assert [r.aggregator_function_type.value for r in mixed[10:15]] == ["COUNT_DISTINCT"] * 5
+    assert all(r.baseline is not None and r.baseline.window_minutes == 7 * 1440 for r in mixed[15:])
+    for rule in mixed:
+        rule.check_against(base_settings.transaction_schema)
+    # The relative rules share today's 4 states; the distinct counts add one per filter.
+    assert len(states_of([LiveRule(r, None) for r in today])) == 4
+    assert len(states_of([LiveRule(r, None) for r in mixed])) == 8
+
+
+def test_the_kinds_scenario_runs_both_rule_sets_on_the_same_backlog(
+    spark: SparkSession, base_settings: Settings, tmp_path: Path
+) -> None:
+    plan = replace(Plan.quick(), batch_rows=300, batches=2, base_keys=40, kinds_rounds=1, floor=False)
+    said: list[str] = []
+    results = run_all(spark, base_settings, plan, work=tmp_path / "bench", only=("kinds",), say=said.append)
+    assert set(results.kinds) == set(KIND_SETS) and not results.throughput
+    today, mixed = results.kinds["today"][0], results.kinds["mixed"][0]
+    assert (today.rows, today.batches) == (mixed.rows, mixed.batches) == (600, 2)
+    assert mixed.state_rows > today.state_rows  # the distinct counts' states
+    assert [line.split(":")[0] for line in said] == ["kinds today 1", "kinds mixed 1"]
+    text = write_report(build_report(results), tmp_path / "b.md", chart_dir=tmp_path / "c")[0].read_text()
+    assert "Mixed vs today: " in text and "20 rules with 5 COUNT_DISTINCT and 5 relative" in text

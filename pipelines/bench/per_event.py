@@ -6,7 +6,8 @@ range join with every event ``y`` of its state and key with ``t(x) - W ≤ t(y) 
 (an earlier batch, or the same batch and ``(eventTime, transactionId) ≤``). Exact per-event windows: on
 bucket-aligned data (every event time a bucket start) they contain exactly the buckets ``[b - R, b]`` of the
 engine's contract, so the alerts must be the engine's (``tests/test_bench.py``). No late data, no cooldowns:
-the benchmark workloads have neither. Its cost grows with the events inside the window; its state is every
+the benchmark workloads have neither; SUM, COUNT, AVG, MIN, MAX and VALUE, but no COUNT_DISTINCT and no relative
+limits (the baselines' rule sets have none). Its cost grows with the events inside the window; its state is every
 event of the widest window.
 
 Example::
@@ -105,6 +106,7 @@ class PerEventHandler:
                 "eventTimeMs",
                 "ruleId",
                 (F.col("windowMinutes").cast("long") * 60_000).alias("windowMs"),
+                F.col("value").alias("ownValue"),  # VALUE rules: the transaction's own value
                 *LIMIT_CHECK_COLUMNS,
             )
         )
@@ -123,6 +125,7 @@ class PerEventHandler:
             "ruleId",
             "transactionId",
             "keyValue",
+            "ownValue",
             *LIMIT_CHECK_COLUMNS,
         ).agg(
             F.sum("value").alias("rSum"),
@@ -136,7 +139,14 @@ class PerEventHandler:
         none = F.lit(None).cast(WIDE_UNITS)
         valued = aggregate_units(
             in_units.withColumns(
-                {"cSum": none, "cCount": F.lit(0), "cValueCount": F.lit(0), "cMin": none, "cMax": none}
+                {
+                    "cSum": none,
+                    "cCount": F.lit(0),
+                    "cValueCount": F.lit(0),
+                    "cMin": none,
+                    "cMax": none,
+                    "value": to_units(F.col("ownValue"), WIDE_UNITS),
+                }
             ),
             WIDE_UNITS,
         )

@@ -5,6 +5,9 @@ Every comparison runs in the same process on the same input. Scenarios (full / `
 * **throughput** — ``--once`` over a prepared backlog: rules 1/20/100, keys 1k/10k/100k, batch sizes;
 * **windows** — 1 h / 1 day / 7 days on the same prior state (history prefilled as tiles over 8 days);
 * **sharing** — 20 rules in 1 shared state vs 20 states;
+* **kinds** — 20 rules of which 5 COUNT_DISTINCT and 5 relative (a baseline over 7 days) vs today's 20-rule set
+  (SUM, COUNT, AVG, MAX, MIN) on the same backlog, alternated (today, mixed, mixed, today, ...) so that neither
+  gets the warmer JVM; reported as the ratio of their median ``foreachBatch`` times;
 * **baselines + state** — the same bucket-aligned input through the engine, the per-event baseline (alerts must
   be equal) and Spark's sliding windows: throughput, state rows/bytes, alert delay, at 10 and 20 tx/key/min;
 * **state** — state size at steady state (a full window of input): bucket tiles vs per-event rows, by rate and window;
@@ -43,12 +46,13 @@ from pipelines.bench.live_latency import LiveResult, format_live, run_live
 from pipelines.bench.per_event import PerEventHandler
 from pipelines.bench.sliding_window import SlidingWindowResult, run_sliding_window
 from pipelines.bench.state_size import StateSize, engine_state_mismatches, steady_state_sizes
-from pipelines.bench.workload import START_MS, Workload, rule_set, transactions, write_batches
+from pipelines.bench.workload import START_MS, Workload, mixed_rule_set, rule_set, transactions, write_batches
 from pipelines.engine.buckets import tiles
 from pipelines.engine.sources import read_files
 from pipelines.engine.states import LiveRule, states_of
 from pipelines.local.kafka_broker import KafkaBroker
 from pipelines.local.ports import free_port
+from rules_cdc.rule_model import Rule
 
 DAY_MINUTES = 1440
 
@@ -79,6 +83,7 @@ class Plan:
     latency_seconds: float = 90.0
     latency_sources: tuple[str, ...] = ("files", "kafka")
     floor: bool = True  # the floor jobs beside every throughput run
+    kinds_rounds: int = 2  # kinds: runs of each rule set (alternating which goes first)
 
     @classmethod
     def quick(cls) -> Plan:
@@ -139,6 +144,7 @@ class Results:
     floors: dict[str, dict[str, FloorResult]] = field(default_factory=dict)  # throughput label -> kind -> result
     windows: dict[int, BacklogResult] = field(default_factory=dict)
     sharing: dict[int, BacklogResult] = field(default_factory=dict)  # states -> result
+    kinds: dict[str, list[BacklogResult]] = field(default_factory=dict)  # "today" / "mixed" -> its runs, in order
     baselines: list[dict[str, Any]] = field(default_factory=list)
     state_sizes: list[StateSize] = field(default_factory=list)
     live: dict[str, LiveResult] = field(default_factory=dict)  # source -> continuous run at the latency rate
@@ -155,6 +161,7 @@ def merge(parts: list[Results]) -> Results:
         merged.live.update(part.live)
         merged.windows.update(part.windows)
         merged.sharing.update(part.sharing)
+        merged.kinds.update(getattr(part, "kinds", {}))  # results pickled before the scenario existed have none
         # A later run of a scenario replaces an earlier one's figures, as for the dictionaries above.
         merged.baselines = part.baselines or merged.baselines
         merged.state_sizes = part.state_sizes or merged.state_sizes
@@ -224,11 +231,13 @@ class Runner:
         batch_rows: int | None = None,
         history: bool = False,
         floor: bool = False,
+        rule_list: list[Rule] | None = None,
     ) -> BacklogResult:
         plan = self.plan
         rows = batch_rows or plan.batch_rows
         folder = self._folder(label)
-        rule_list = rule_set(rules, window_minutes=window, states=states or max(1, rules // 5))
+        if rule_list is None:
+            rule_list = rule_set(rules, window_minutes=window, states=states or max(1, rules // 5))
         settings = lakehouse_for(self.base, str(folder / "lakehouse"), rule_list, spark=self.spark)
         workload = Workload(count=rows * plan.batches, keys=keys, rate_per_second=max(50.0, keys / 6))
         write_batches(transactions(workload), folder / "landing", batch_size=rows)
@@ -309,6 +318,19 @@ class Runner:
             self.results.sharing[states] = self.backlog(
                 f"sharing states={states}", rules=20, keys=self.plan.base_keys, states=states
             )
+
+    def run_kinds(self) -> None:
+        """Today's 20 rules and 20 with 5 COUNT_DISTINCT and 5 relative, on the same backlog, alternated."""
+        sets = {
+            KIND_SETS[0]: rule_set(20, window_minutes=60, states=4),
+            KIND_SETS[1]: mixed_rule_set(20, window_minutes=60, states=4, distinct=5, relative=5),
+        }
+        for round_ in range(self.plan.kinds_rounds):
+            for name in KIND_SETS if round_ % 2 == 0 else tuple(reversed(KIND_SETS)):
+                result = self.backlog(
+                    f"kinds {name} {round_ + 1}", rules=20, keys=self.plan.base_keys, rule_list=sets[name]
+                )
+                self.results.kinds.setdefault(name, []).append(result)
 
     def run_baselines(self) -> None:
         plan = self.plan
@@ -435,7 +457,9 @@ def _broker_for(settings: Settings, folder: Path, *, needed: bool) -> Iterator[S
         broker.stop()
 
 
-SCENARIOS = ("throughput", "windows", "sharing", "baselines", "state", "latency")
+SCENARIOS = ("throughput", "windows", "sharing", "kinds", "baselines", "state", "latency")
+KIND_SETS = ("today", "mixed")
+"""The kinds scenario's rule sets: today's 20 rules, and 20 with 5 COUNT_DISTINCT and 5 relative."""
 
 
 def run_all(
@@ -471,4 +495,4 @@ def replace_engine(base: Settings) -> Any:
     return base.engine.model_copy(update={"alerts_to_kafka": False, "retention_every_batches": 1_000_000})
 
 
-__all__ = ["SCENARIOS", "Plan", "Results", "SlidingWindowResult", "replace", "run_all"]
+__all__ = ["KIND_SETS", "SCENARIOS", "Plan", "Results", "SlidingWindowResult", "replace", "run_all"]

@@ -22,6 +22,7 @@ from pipelines.bench.scenarios import Results
 from pipelines.bench.sections.baselines import add_baselines
 from pipelines.bench.sections.latency import add_latency
 from pipelines.bench.sections.memory import add_memory
+from pipelines.bench.sections.rule_kinds import add_kinds
 from pipelines.bench.sections.scaling import add_sharing, add_windows
 from pipelines.bench.sections.state_sizes import add_state_sizes
 from pipelines.bench.sections.targets import measure_targets
@@ -75,6 +76,7 @@ def build_report(results: Results, *, profile: Sequence[str] = ()) -> Report:
     add_throughput(report, results)
     add_windows(report, results)
     add_sharing(report, results)
+    add_kinds(report, results)
     add_baselines(report, results)
     add_state_sizes(report, results)
     add_latency(report, results)

@@ -6,13 +6,16 @@ bucketed lookback and an exact per-event one agree, so the baselines can be comp
 
 Rules: ``rule_set(n, window_minutes=W, states=S)`` gives ``n`` rules in ``S`` shared states (same grouping key and
 aggregate field, ``S`` distinct filters), cycling SUM, COUNT, AVG, MAX, MIN with limits that a small share of
-transactions meets.
+transactions meets. ``mixed_rule_set(n, ...)`` is the same set with its last rules turned into the newer kinds:
+``distinct`` COUNT_DISTINCT rules (different beneficiaries per payer) and ``relative`` rules (a limit relative to
+the payer's own history over ``baseline_minutes``).
 
 Example::
 
     rows = transactions(Workload(count=10_000, keys=1_000, rate_per_second=200.0, start_ms=START_MS))
     write_batches(rows, Path("/tmp/landing"), batch_size=2_000)     # 5 JSON-lines files
     rules = rule_set(20, window_minutes=60, states=4)
+    mixed = mixed_rule_set(20, window_minutes=60, states=4, distinct=5, relative=5)   # 10 of the above + 10 new
 """
 
 from __future__ import annotations
@@ -136,4 +139,73 @@ def rule_set(count: int, *, window_minutes: int, states: int, first_id: int = 1)
         if state:
             data["filter"] = {"field": "paymentAmount", "op": "GREATER_EQUAL", "value": state / 100}
         rules.append(Rule.model_validate(data))
+    return rules
+
+
+RELATIVE_SHAPES: tuple[tuple[str, str, int], ...] = (
+    ("VALUE", "AVG", 8),  # this payment over 8x the payer's average payment
+    ("SUM", "SUM", 3),  # the window's spend over 3x the baseline's (the row taken out)
+    ("MAX", "AVG", 6),
+    ("AVG", "AVG", 4),
+    ("COUNT", "COUNT", 2),
+)
+"""(rule aggregator, baseline aggregator, factor) of the relative rules, cycled."""
+
+
+def mixed_rule_set(
+    count: int,
+    *,
+    window_minutes: int,
+    states: int,
+    distinct: int,
+    relative: int,
+    baseline_minutes: int = 7 * 1440,
+    first_id: int = 1,
+) -> list[Rule]:
+    """``rule_set(count - distinct - relative, ...)`` followed by ``distinct`` COUNT_DISTINCT rules and ``relative``
+    relative-limit rules, all per payer over ``window_minutes``, their ids following on.
+
+    The new rules use the same ``states`` filters as the classic ones: the relative rules share the classic states
+    (same key, field and filter; the baseline only reaches further back, ``baseline_minutes``), the COUNT_DISTINCT
+    rules (different beneficiaries) add one state per filter they use. Their limits are met rarely or never: the
+    comparison is of the evaluation's cost, not of the alerts written.
+    """
+    classic = count - distinct - relative
+    if classic < 1 or distinct < 0 or relative < 0:
+        raise ValueError("count must exceed distinct + relative")
+    rules = rule_set(classic, window_minutes=window_minutes, states=min(states, classic), first_id=first_id)
+    next_id = first_id + classic
+
+    def with_filter(data: dict[str, Any], i: int) -> Rule:
+        state = i % states
+        if state:
+            data["filter"] = {"field": "paymentAmount", "op": "GREATER_EQUAL", "value": state / 100}
+        return Rule.model_validate(data)
+
+    for i in range(distinct):
+        data: dict[str, Any] = {
+            "ruleId": next_id,
+            "groupingKeyNames": ["payerId"],
+            "aggregateFieldName": "beneficiaryId",
+            "aggregatorFunctionType": "COUNT_DISTINCT",
+            "limitOperatorType": "GREATER",
+            "limit": 20 + 5 * i,
+            "windowMinutes": window_minutes,
+        }
+        rules.append(with_filter(data, i))
+        next_id += 1
+    for i in range(relative):
+        aggregator, baseline, factor = RELATIVE_SHAPES[i % len(RELATIVE_SHAPES)]
+        data = {
+            "ruleId": next_id,
+            "groupingKeyNames": ["payerId"],
+            "aggregateFieldName": "paymentAmount",
+            "aggregatorFunctionType": aggregator,
+            "limitOperatorType": "GREATER",
+            "limit": factor,
+            "windowMinutes": window_minutes,
+            "baseline": {"aggregatorFunctionType": baseline, "windowMinutes": baseline_minutes, "minCount": 5},
+        }
+        rules.append(with_filter(data, i))
+        next_id += 1
     return rules

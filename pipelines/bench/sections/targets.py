@@ -5,6 +5,7 @@ from __future__ import annotations
 from pipelines.bench.report import Target
 from pipelines.bench.scenarios import DAY_MINUTES, Results
 from pipelines.bench.sections.labels import engine_label, parse_label, window_label
+from pipelines.bench.sections.rule_kinds import KINDS_TARGET, kinds_ratio
 from pipelines.bench.sections.throughput import floor_ratio
 
 
@@ -64,6 +65,16 @@ def measure_targets(results: Results) -> list[Target]:
                 "≤ 2x",
                 f"{r:.2f}x ({b.median_foreach_seconds:.2f} s vs {a.median_foreach_seconds:.2f} s)",
                 r <= 2,
+            )
+        )
+    kinds = kinds_ratio(results)
+    if kinds:
+        targets.append(
+            Target(
+                "20 rules with 5 COUNT_DISTINCT and 5 relative vs today's 20 (same backlog, median foreachBatch)",
+                f"≤ {KINDS_TARGET}x",
+                f"{kinds[0]:.2f}x ({kinds[1]:.2f} s vs {kinds[2]:.2f} s)",
+                kinds[0] <= KINDS_TARGET,
             )
         )
     one_hour, week = results.windows.get(60), results.windows.get(7 * DAY_MINUTES)
