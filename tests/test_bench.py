@@ -154,7 +154,7 @@ def test_report_has_a_table_per_scenario_the_targets_and_charts(tmp_path: Path) 
     assert "9.5x in rows" in text and "**met**" in text
     assert "p50 1.50 s, p95 3.00 s, p99 4.00 s at 2,000 tx/s" in text
     assert "1.25x (2.00 s vs 1.60 s)" in text  # the engine's median foreachBatch vs the append+MERGE floor's
-    assert "Mixed vs today: 1.30x (2.60 s vs 2.00 s" in text  # the rule kinds, and in the targets:
+    assert "Mixed vs today: 1.30x (2.60 s vs 2.00 s" in text and "1.22x (1,100 ms vs 900 ms)" in text  # evaluate
     assert (
         "| 20 rules with 5 COUNT_DISTINCT and 5 relative vs today's 20" in text
         and "| 1.30x (2.60 s vs 2.00 s) |" in text
@@ -229,7 +229,9 @@ def test_the_mixed_rule_set_is_ten_of_todays_rules_five_distinct_counts_and_five
 def test_the_kinds_scenario_runs_both_rule_sets_on_the_same_backlog(
     spark: SparkSession, base_settings: Settings, tmp_path: Path
 ) -> None:
-    plan = replace(Plan.quick(), batch_rows=300, batches=2, base_keys=40, kinds_rounds=1, floor=False)
+    plan = replace(
+        Plan.quick(), batch_rows=300, batches=2, base_keys=40, kinds_rounds=1, kinds_warmup=False, floor=False
+    )
     said: list[str] = []
     results = run_all(spark, base_settings, plan, work=tmp_path / "bench", only=("kinds",), say=said.append)
     assert set(results.kinds) == set(KIND_SETS) and not results.throughput
