@@ -152,16 +152,17 @@ def history_limits(stack: Stack, rule_id: int) -> list[str]:
 
 
 def test_the_initial_snapshot_loads_every_existing_rule(stack: Stack) -> None:
-    wait_for("the six sample rules in the lake", lambda: lake_matches_db(stack))
+    wait_for("the eight sample rules in the lake", lambda: lake_matches_db(stack))
     rows = lake(stack)
-    assert sorted(rows) == [1, 2, 3, 4, 5, 6]
+    assert sorted(rows) == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert rows[8]["baseline"] and rows[7]["aggregatorFunctionType"] == "COUNT_DISTINCT"  # the newer kinds too
     assert {r["sourceOp"] for r in rows.values()} == {"r"}  # snapshot reads
     assert all(r["sourcePosition"].startswith("pg:") for r in rows.values())
 
 
 def test_insert_update_pause_disable_delete_and_a_transaction_reach_the_rules_table(stack: Stack) -> None:
     db = stack.db
-    db.sql(INSERT + "(7, 'one big card payment', '{payerId}', 'paymentAmount', 'MAX', 'GREATER', 1000, 1)")
+    db.sql(INSERT + "(17, 'one big card payment', '{payerId}', 'paymentAmount', 'MAX', 'GREATER', 1000, 1)")
     db.sql("UPDATE fraud_rules SET limit_value = 16 WHERE rule_id = 3")
     db.sql("UPDATE fraud_rules SET rule_state = 'PAUSED' WHERE rule_id = 2")
     db.sql("UPDATE fraud_rules SET disabled = true WHERE rule_id = 6")
@@ -180,6 +181,8 @@ def test_insert_update_pause_disable_delete_and_a_transaction_reach_the_rules_ta
         5: "DELETED",
         6: "DISABLED",
         7: "ACTIVE",
+        8: "ACTIVE",
+        17: "ACTIVE",
     }
     assert rows[6]["limit"] is not None and rows[5]["limit"] is None  # DISABLED keeps its content, DELETED not
     # Both updates of one transaction, in commit order (the change log is appended right after the MERGE).
@@ -265,8 +268,8 @@ def test_rows_the_database_accepts_and_the_model_refuses_are_quarantined_and_lis
     db, settings = stack.db, stack.settings
     before = lake(stack)[3]
     db.sql("UPDATE fraud_rules SET window_minutes = 0 WHERE rule_id = 3")
-    db.sql(INSERT + "(8, 'median spend', '{payerId}', 'paymentAmount', 'MEDIAN', 'GREATER', 10, 5)")
-    stack.refused.update({3, 8})
+    db.sql(INSERT + "(18, 'median spend', '{payerId}', 'paymentAmount', 'MEDIAN', 'GREATER', 10, 5)")
+    stack.refused.update({3, 18})
 
     def rejected() -> list[dict[str, Any]]:
         rows = [q for q in table_rows(stack.spark, settings, "quarantine") if q["source"] == "rules_cdc"]
@@ -275,23 +278,23 @@ def test_rows_the_database_accepts_and_the_model_refuses_are_quarantined_and_lis
     quarantined = wait_for("two quarantined rule changes", rejected)
     reasons = sorted(q["reason"] for q in quarantined)
     assert len(reasons) == 2
-    assert reasons[0].startswith("rule 3: window_minutes: Input should be greater than or equal to 1")
-    assert reasons[1].startswith("rule 8: aggregator_function_type: Input should be 'SUM'")
+    assert reasons[0].startswith("rule 18: aggregator_function_type: Input should be 'SUM'")
+    assert reasons[1].startswith("rule 3: window_minutes: Input should be greater than or equal to 1")
     assert all(q["rawPayload"] and q["sourceOffset"].startswith("kafka:") for q in quarantined)
     now = lake(stack)
     assert {k: now[3][k] for k in CONTENT} == {k: before[k] for k in CONTENT}  # the last good version stays
-    assert 8 not in now
+    assert 18 not in now
     code, out = cli(capsys, settings, stack.conf, "rules", "list")
     assert code == 0 and "rejected changes (2;" in out, out
-    assert "rule 3: window_minutes" in out and "rule 8: aggregator_function_type" in out
+    assert "rule 3: window_minutes" in out and "rule 18: aggregator_function_type" in out
 
     db.sql("UPDATE fraud_rules SET window_minutes = 7 WHERE rule_id = 3")  # the analyst fixes rule 3
     stack.refused.discard(3)
     wait_for("rule 3's fix in the lake", lambda: lake(stack)[3]["windowMinutes"] == 7)
     code, out = cli(capsys, settings, stack.conf, "rules", "list")
     assert "rejected changes (1;" in out and "rule 3: window_minutes" not in out, out
-    db.sql("DELETE FROM fraud_rules WHERE rule_id = 8")
-    stack.refused.discard(8)
+    db.sql("DELETE FROM fraud_rules WHERE rule_id = 18")
+    stack.refused.discard(18)
     record_outcome(
         "rules DB rows the model refuses (window 0, unknown aggregate), real Debezium",
         "bad input",
@@ -311,7 +314,7 @@ def test_connect_killed_mid_stream_loses_no_change_and_duplicates_are_harmless(s
     def write() -> None:
         try:
             for n in range(1, updates + 1):
-                db.sql(f"UPDATE fraud_rules SET limit_value = {2000 + n} WHERE rule_id = 7")
+                db.sql(f"UPDATE fraud_rules SET limit_value = {2000 + n} WHERE rule_id = 17")
                 progress.append(n)
                 time.sleep(0.05)
         finally:
@@ -322,20 +325,20 @@ def test_connect_killed_mid_stream_loses_no_change_and_duplicates_are_harmless(s
     wait_for("a third of the updates", lambda: len(progress) >= updates // 3, every=0.05)
     worker.kill()  # SIGKILL: no offset flush
     done.wait(120)
-    db.sql(INSERT + "(9, 'made while Connect was down', '{payerId}', 'paymentAmount', 'SUM', 'GREATER', 9, 9)")
+    db.sql(INSERT + "(19, 'made while Connect was down', '{payerId}', 'paymentAmount', 'SUM', 'GREATER', 9, 9)")
     db.sql("DELETE FROM fraud_rules WHERE rule_id = 1")
     worker.start([stack.connector])
     wait_for("the lake to match the database after the restart", lambda: lake_matches_db(stack))
     written = [str(2000 + n) for n in range(1, updates + 1)]
-    limits = wait_for("the last update logged", lambda: (h := history_limits(stack, 7))[-1:] == written[-1:] and h)
+    limits = wait_for("the last update logged", lambda: (h := history_limits(stack, 17))[-1:] == written[-1:] and h)
     assert limits[-updates:] == written  # every update applied once, in commit order: none lost
     records = topic_records(stack.bootstrap, stack.settings.kafka.topics.rules)
-    sent = sum(1 for *_, key, value in records if value and key == '{"rule_id":7}' and '"op":"u"' in value)
-    duplicates = sent - updates - 0  # rule 7 had no earlier updates
+    sent = sum(1 for *_, key, value in records if value and key == '{"rule_id":17}' and '"op":"u"' in value)
+    duplicates = sent - updates - 0  # rule 17 had no earlier updates
     assert duplicates >= 0
     snapshot_reads = sum(1 for *_, value in records if value and '"op":"r"' in value)
-    assert snapshot_reads == 6  # the restart resumed from the offsets file: no second snapshot
-    assert lake(stack)[1]["ruleState"] == "DELETED" and lake(stack)[9]["ruleState"] == "ACTIVE"
+    assert snapshot_reads == 8  # the restart resumed from the offsets file: no second snapshot
+    assert lake(stack)[1]["ruleState"] == "DELETED" and lake(stack)[19]["ruleState"] == "ACTIVE"
     record_outcome(
         "Kafka Connect SIGKILLed mid-stream (40 updates of one rule), real Debezium",
         "fault",
@@ -359,7 +362,7 @@ def test_a_truncate_tombstones_every_rule_and_a_later_insert_revives_one(stack: 
     assert rows[3]["ruleName"] == "back after the truncate" and rows[3]["sourceOp"] == "c"
     marker = next(r for r in table_rows(stack.spark, stack.settings, "rules") if r["ruleId"] == TRUNCATE_MARKER_ID)
     assert marker["sourceOp"] == "t" and marker["sourcePosition"] < rows[3]["sourcePosition"]
-    assert {rows[i]["sourcePosition"] for i in (1, 2, 7, 9)} == {marker["sourcePosition"]}  # tombstoned at it
+    assert {rows[i]["sourcePosition"] for i in (1, 2, 7, 8, 17, 19)} == {marker["sourcePosition"]}  # tombstoned at it
 
 
 # ---- the engine ----------------------------------------------------------------------------------------------
