@@ -79,16 +79,16 @@ class Edit:
     sql: str
 
 
-INSERT_RULE_7 = (
+INSERT_RULE_9 = (  # 9: the sample rules are 1-8
     "INSERT INTO fraud_rules (rule_id, rule_name, grouping_key_names, aggregate_field_name, aggregator_function_type,"
-    " limit_operator_type, limit_value, window_minutes, filter) VALUES (7, 'one transfer of 9,000 or more',"
+    " limit_operator_type, limit_value, window_minutes, filter) VALUES (9, 'one transfer of 9,000 or more',"
     " '{payerId}', 'paymentAmount', 'MAX', 'GREATER_EQUAL', 9000, 1,"
     ' \'{"field": "paymentType", "op": "EQUAL", "value": "TRF"}\'::jsonb)'
 )
 EDITS: tuple[Edit, ...] = (
     Edit("rule 3: limit 15 -> 12", "UPDATE fraud_rules SET limit_value = 12 WHERE rule_id = 3"),
     Edit("rule 6 paused", "UPDATE fraud_rules SET rule_state = 'PAUSED' WHERE rule_id = 6"),
-    Edit("rule 7 inserted", INSERT_RULE_7),
+    Edit("rule 9 inserted", INSERT_RULE_9),
     Edit("rule 5 deleted", "DELETE FROM fraud_rules WHERE rule_id = 5"),
     Edit("rule 6 resumed", "UPDATE fraud_rules SET rule_state = 'ACTIVE' WHERE rule_id = 6"),
     Edit("rule 4: limit 4 -> 3", "UPDATE fraud_rules SET limit_value = 3 WHERE rule_id = 4"),
