@@ -51,8 +51,8 @@ bench: setup ## benchmarks (~60 min; BENCH_ARGS=--quick for ~20) -> docs/benchma
 	@$(BIN)/fraudlake bench $(BENCH_ARGS)
 
 .PHONY: bench-targets
-bench-targets: setup ## the targets table alone: engine vs the floor, 100 rules, live latency (~15 min) -> docs/benchmarks.md
-	@$(BIN)/fraudlake bench --plan targets --only throughput latency $(BENCH_ARGS)
+bench-targets: setup ## the targets table alone: engine vs the floor, 100 rules, new rule kinds, live latency (~18 min) -> docs/benchmarks.md
+	@$(BIN)/fraudlake bench --plan targets --only throughput kinds latency $(BENCH_ARGS)
 
 dq: setup ## data-quality suites on the lakehouse; report in <lakehouse>/_reports/dq.md, exit 1 on a failure
 	@$(BIN)/fraudlake dq

@@ -112,7 +112,8 @@ class Plan:
     def targets(cls) -> Plan:
         """What the targets table needs and nothing else (~15 minutes on 2 cores): the engine beside the floor at
         2,000 and 50,000-row batches, 100 rules in 20 states beside 20 in 4, and the continuous latency at 2,000 tx/s
-        over files and Kafka. Run it with ``--only throughput latency`` (``make bench-targets``)."""
+        over files and Kafka, and the new rule kinds beside 20 rules. Run it with ``--only throughput kinds latency``
+        (``make bench-targets``)."""
         return cls(
             name="targets",
             batch_rows=2_000,

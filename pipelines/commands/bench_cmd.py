@@ -4,7 +4,7 @@ Examples::
 
     fraudlake bench                      # the full plan (~60 minutes on 2 idle cores): what `make bench` runs
     fraudlake bench --quick              # smaller sizes, ~20 minutes
-    fraudlake bench --plan targets --only throughput latency   # the targets table (`make bench-targets`)
+    fraudlake bench --plan targets --only throughput kinds latency   # the targets table (`make bench-targets`)
     fraudlake bench --only baselines --output /tmp/b.md
 """
 
