@@ -143,9 +143,13 @@ def append_tiles(
     append_tagged(frame, path, tag, files=files)
 
 
-def compact_tiles(folded: DataFrame, path: str, *, tag: CommitTag | None) -> None:
-    """Replace the whole table with ``folded`` (BUCKET_STATE_SCHEMA columns, one row per tile) in one commit."""
-    overwrite_tagged(folded.select(*[f.name for f in BUCKET_STATE_SCHEMA.fields]), path, tag)
+def compact_tiles(
+    folded: DataFrame, path: str, *, tag: CommitTag | None, state_ids: Collection[str] | None = None
+) -> None:
+    """Replace the whole table (or, with ``state_ids``, those states' partitions: ``folded`` holds only their rows)
+    with ``folded`` (BUCKET_STATE_SCHEMA columns, one row per tile) in one commit."""
+    where = None if state_ids is None else _in_list("stateId", state_ids)
+    overwrite_tagged(folded.select(*[f.name for f in BUCKET_STATE_SCHEMA.fields]), path, tag, replace_where=where)
 
 
 def delete_states(spark: SparkSession, path: str, state_ids: Collection[str], *, tag: CommitTag | None) -> None:

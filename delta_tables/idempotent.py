@@ -85,9 +85,13 @@ def append_tagged(frame: DataFrame, path: str, tag: CommitTag | None, *, files: 
     frame.write.format("delta").mode("append").options(**write_options(tag)).save(path)
 
 
-def overwrite_tagged(frame: DataFrame, path: str, tag: CommitTag | None) -> None:
-    """Replace the whole content of the table at ``path`` with ``frame``, in one commit carrying ``tag``."""
-    frame.write.format("delta").mode("overwrite").options(**write_options(tag)).save(path)
+def overwrite_tagged(frame: DataFrame, path: str, tag: CommitTag | None, *, replace_where: str | None = None) -> None:
+    """Replace the whole content of the table at ``path`` with ``frame`` (with ``replace_where``, a condition on
+    partition columns: only the rows it selects, ``frame`` holding only such rows), in one commit carrying ``tag``."""
+    writer = frame.write.format("delta").mode("overwrite").options(**write_options(tag))
+    if replace_where is not None:
+        writer = writer.option("replaceWhere", replace_where)
+    writer.save(path)
 
 
 @contextmanager

@@ -127,7 +127,8 @@ def test_replayed_batches_have_exactly_once_effects(
 
     assert writes("bronze_transactions") == [(0, "bronze"), (1, "bronze")]
     assert writes("batch_log") == [(0, "batch-log"), (1, "batch-log")]
-    # batch 0's tiles, the backfill of r3's new state (batch 1's maintenance), batch 1's tiles
-    assert writes("bucket_state") == [(0, "state"), (1, "state-backfill"), (1, "state")]
+    # batch 0's tiles, the backfill of r3's new state (batch 1's maintenance), batch 1's tiles, and the retention step
+    # that falls on batch 1 (one state's tiles compacted: pipelines.engine.retention.retention_steps), once
+    assert writes("bucket_state") == [(0, "state"), (1, "state-backfill"), (1, "state"), (1, "state-compact")]
     assert writes("alerts") == [(0, "alerts"), (1, "alerts")]
     assert table_rows(spark, settings.table_path("quarantine")) == []

@@ -1,7 +1,7 @@
 """A micro-batch run on a shared session leaves the session's SQL confs as it found them.
 
 The handler runs a batch with its own confs (ANSI arithmetic, no adaptive execution, its shuffle layout, Delta's
-auto compaction on retention batches only). Called on a notebook's or the suite's session, as tests and notebooks
+Delta's auto compaction off). Called on a notebook's or the suite's session, as tests and notebooks
 do, those confs must not outlive the batch: a later plain Delta write would otherwise be auto-compacted, or a
 later query run with ANSI semantics it never asked for.
 """
@@ -29,7 +29,7 @@ CONFS = (AUTO_COMPACT_CONF, SHUFFLE_PARTITIONS_CONF, CO_PARTITION_CONF, ANSI_CON
 
 def test_a_batch_leaves_the_session_confs_as_it_found_them(spark: SparkSession, settings: Settings) -> None:
     engine = settings.engine.model_copy(update={"retention_every_batches": 1, "state_partitions": 3})
-    settings = settings.model_copy(update={"engine": engine})  # retention (auto compaction on) in this batch
+    settings = settings.model_copy(update={"engine": engine})  # every retention step in this batch
     fresh_lakehouse(spark, settings)
     put_rules(spark, settings, [make_rule(1, limit=10)])
     spark.conf.set(ADAPTIVE_CONF, "true")

@@ -48,7 +48,7 @@ from pipelines.engine.latency import format_latency
 from pipelines.engine.lookback import COORDINATES, with_coordinates
 from pipelines.engine.parse_transactions import bronze_rows, flag_duplicates, parse_raw, quarantine_rows
 from pipelines.engine.recovery import BATCH_LOG_WRITE, Attempt, EnginePaths, Pins
-from pipelines.engine.retention import compact_state, retention_due
+from pipelines.engine.retention import retention_steps, run_retention
 from pipelines.engine.state_rebuild import forgotten_rule_ids, maintain_states, needs_maintenance
 from pipelines.engine.states import RulesCache, StateSpec, plan_states, states_of
 from pipelines.engine.table_cache import TableCache, kept, release
@@ -254,9 +254,9 @@ class BatchHandler:
         # the evaluation's joins and aggregations need no shuffle but the probes' (``buckets.co_partitioned``).
         self._layout = self._layout or self.settings.engine.state_partitions or spark.sparkContext.defaultParallelism
         return {
-            # Delta's auto compaction runs synchronously after a commit: off on the hot path, on for the batches
-            # that run retention (every retention_every_batches).
-            AUTO_COMPACT_CONF: str(retention_due(batch_id, self.settings.engine.retention_every_batches)).lower(),
+            # Delta's auto compaction runs synchronously after a commit: off (a batch running it after each of its
+            # appends took several times as long); retention bin-packs the tables' small files, one per step.
+            AUTO_COMPACT_CONF: "false",
             SHUFFLE_PARTITIONS_CONF: str(self._layout),
             CO_PARTITION_CONF: "false",
             # Overflow must fail, not wrap or turn null: the units arithmetic relies on it (``process``).
@@ -296,8 +296,9 @@ class BatchHandler:
             take_over_appends(run, evaluated, state_cache=self._state, memory_cache=self._memory)
         self.last_latency = batch_latency(stats, evaluated)
         high_water_ms = run.high_water_ms
-        if high_water_ms is not None and retention_due(run.batch_id, run.settings.engine.retention_every_batches):
-            compact_state(run, state_cache=self._state, memory_cache=self._memory, high_water_ms=high_water_ms)
+        steps = retention_steps(run.batch_id, run.settings.engine.retention_every_batches, run.states)
+        if high_water_ms is not None and steps:
+            run_retention(run, steps, state_cache=self._state, memory_cache=self._memory, high_water_ms=high_water_ms)
             crash_point("retention", run.batch_id)
             run.steps.done("retention")
         return {

@@ -11,9 +11,11 @@ rebuilt state is backfilled from bronze from its horizon on. Both are per state 
 ACTIVE and PAUSED rules), which is never less than what the contract needs and often far less than the global
 widest window. The cooldown memory needs no row older than ``M - L - 30 days`` (the longest cooldown).
 
-``compact_state`` is that retention, run by the handler on the cadence: the state and the cooldown memory each
-rewritten folded (one row per tile, per rule and key) without what is beyond its horizon, in one tagged commit,
-their executor caches then holding exactly what was written.
+``run_retention`` is that retention, run by the handler in small steps spread over each cycle of
+``retention_every_batches`` batches (``retention_steps``): each state's tiles, and the cooldown memory, rewritten
+folded (one row per tile, per rule and key) without what is beyond its horizon, in one tagged commit, their
+executor caches then holding exactly what was written; and the small files of the append-only tables bin-packed,
+one table per step (Delta's auto compaction after every commit of one batch made that batch several times longer).
 
 Example::
 
@@ -23,12 +25,15 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
 
 from pyspark.sql import functions as F
 
 from delta_tables.alert_cooldown import compact_memory, fold_memory
 from delta_tables.bucket_state import compact_tiles, fold_tiles, trim_condition
 from delta_tables.idempotent import table_version
+from delta_tables.table_maintenance import optimize_table
 from pipelines.engine.batch_run import BatchRun
 from pipelines.engine.evaluate import reach_buckets
 from pipelines.engine.lookback import with_coordinates
@@ -64,42 +69,85 @@ def cooldown_horizon_ms(*, high_water_ms: int, lateness_ms: int) -> int:
 
 
 def retention_due(batch_id: int, every: int) -> bool:
-    """Whether this batch runs retention: every ``every`` batches (batch ids ``every-1``, ``2*every-1``, ...)."""
+    """Whether a whole retention cycle ends with this batch: every ``every`` batches (ids ``every-1``, ...)."""
     return (batch_id + 1) % every == 0
 
 
-def compact_state(run: BatchRun, *, state_cache: TableCache, memory_cache: TableCache, high_water_ms: int) -> None:
-    """Retention: rewrite the state and the cooldown memory folded, without what no lookback can reach; each is
-    skipped when an earlier attempt of the batch committed it, and its cache then holds what was written."""
-    lateness_ms = run.settings.engine.allowed_lateness_seconds * 1000
-    if not run.attempt.done("state-compact"):
+FILE_COMPACTED = ("bronze", "alerts", "quarantine", "batch_log")
+"""The engine's append-only tables whose small files a retention cycle bin-packs (``EnginePaths`` attributes); the
+state and the cooldown memory are rewritten whole by their own steps."""
+
+
+@dataclass(frozen=True)
+class RetentionStep:
+    """One small piece of a retention cycle: a state's tiles, the cooldown memory, or one table's small files."""
+
+    kind: Literal["state", "cooldown", "files"]
+    target: str = ""  # the state id, or the table (an ``EnginePaths`` attribute)
+
+
+def retention_steps(batch_id: int, every: int, states: Sequence[StateSpec]) -> list[RetentionStep]:
+    """The steps of the cycle that fall on this batch.
+
+    A cycle of ``every`` batches holds one step per state, one for the cooldown memory and one per table of
+    ``FILE_COMPACTED``; step ``j`` of ``n`` falls on the batches whose ``(batch_id + 1) % every`` is
+    ``j * every // n``, so the steps are spread over the cycle instead of all falling on one batch (which made one
+    batch in ``every`` several times as long as the others: docs/engine.md, retention). With ``every`` 1 every
+    step runs on every batch; step 0 runs where ``retention_due`` says. Rules that change mid-cycle shift the
+    steps: a state may then wait a cycle longer for its trim, which is never wrong (trimming only saves space).
+    """
+    steps = [RetentionStep("state", s.state_id) for s in sorted(states, key=lambda s: s.state_id)]
+    steps += [RetentionStep("cooldown"), *[RetentionStep("files", table) for table in FILE_COMPACTED]]
+    position = (batch_id + 1) % every
+    return [step for j, step in enumerate(steps) if (j * every // len(steps)) % every == position]
+
+
+def run_retention(
+    run: BatchRun,
+    steps: Sequence[RetentionStep],
+    *,
+    state_cache: TableCache,
+    memory_cache: TableCache,
+    high_water_ms: int,
+) -> None:
+    """Retention's steps of this batch: the states' tiles and the cooldown memory rewritten folded without what no
+    lookback can reach (each skipped when an earlier attempt of the batch committed it; its cache then holds what
+    was written), small files of the append-only tables bin-packed (Delta's OPTIMIZE; idempotent)."""
+    engine = run.settings.engine
+    lateness_ms = engine.allowed_lateness_seconds * 1000
+    state_ids = {step.target for step in steps if step.kind == "state"}
+    compacted = [s for s in run.states if s.state_id in state_ids]
+    if compacted and not run.attempt.done("state-compact"):
         horizons = state_horizons(
-            run.states,
-            high_water_ms=high_water_ms,
-            lateness_ms=lateness_ms,
-            bucket_seconds=run.settings.engine.bucket_seconds,
+            compacted, high_water_ms=high_water_ms, lateness_ms=lateness_ms, bucket_seconds=engine.bucket_seconds
         )
         compact_state_tiles(run, state_cache, horizons)
-    if not run.attempt.done("cooldown-compact"):
+    if any(step.kind == "cooldown" for step in steps) and not run.attempt.done("cooldown-compact"):
         horizon = cooldown_horizon_ms(high_water_ms=high_water_ms, lateness_ms=lateness_ms)
         compact_cooldown_memory(run, memory_cache, horizon)
+    for step in steps:
+        if step.kind == "files":
+            optimize_table(run.spark, getattr(run.paths, step.target))
 
 
 def compact_state_tiles(run: BatchRun, cache: TableCache, horizons: dict[str, int]) -> None:
-    """The bucket state folded (one row per tile), each state's tiles before its horizon dropped, in one commit."""
+    """These states' tiles (``horizons``' keys) folded (one row per tile), those before each state's horizon
+    dropped, written over their partitions in one commit; the other states' tiles are not read or written."""
     spark, path = run.spark, run.paths.bucket_state
     read = table_version(spark, path)
     cache.ensure(spark, read)
     engine = run.settings.engine
     distinct = any(s.distinct for s in run.states)
+    ids = sorted(horizons)
+    rewritten = F.col("stateId").isin(*ids)
     folded = with_coordinates(
-        fold_tiles(cache.frame(), distinct_cap=engine.distinct_cap, distinct=distinct),
+        fold_tiles(cache.frame().where(rewritten), distinct_cap=engine.distinct_cap, distinct=distinct),
         bucket_ms=engine.bucket_seconds * 1000,
     )
     folded = folded.where(trim_condition(horizons))
     folded = materialize(folded.withColumn("updatedAt", F.current_timestamp()))
-    compact_tiles(tiles_to_table(folded), path, tag=run.tag("state-compact"))
-    cache.reset(spark, folded, written_version=read + 1)
+    compact_tiles(tiles_to_table(folded), path, tag=run.tag("state-compact"), state_ids=ids)
+    cache.replaced(spark, folded, rewritten=rewritten, read_version=read)
 
 
 def compact_cooldown_memory(run: BatchRun, cache: TableCache, horizon_ms: int) -> None:

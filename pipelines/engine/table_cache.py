@@ -30,7 +30,7 @@ import functools
 import logging
 from collections.abc import Callable, Sequence
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 
 from delta_tables.idempotent import table_version
 
@@ -63,12 +63,16 @@ class TableCache:
         self._columns = tuple(columns)
         self.version: int | None = None
         self._frames: list[DataFrame] = []  # persisted, each with at least ``columns``
+        # Per frame, which of its rows still belong to the table (None: all): a compaction of some states rewrote
+        # theirs, which the newer frame holds (``replaced``).
+        self._kept: list[Column | None] = []
 
     def frame(self) -> DataFrame:
         """The table's rows at ``version`` (not folded: a key may have a row per batch)."""
         if self.version is None or not self._frames:
             raise RuntimeError(f"the cache of {self.path} is not loaded")
-        return functools.reduce(DataFrame.unionByName, [f.select(*self._columns) for f in self._frames])
+        frames = [f if kept is None else f.where(kept) for f, kept in zip(self._frames, self._kept, strict=True)]
+        return functools.reduce(DataFrame.unionByName, [f.select(*self._columns) for f in frames])
 
     def ensure(self, spark: SparkSession, version: int) -> None:
         """Make the cache hold the table at ``version`` (a reload from Delta unless it already does)."""
@@ -85,7 +89,24 @@ class TableCache:
             self._replace([], None, dropped=[frame])
             return
         self._frames.append(frame)
+        self._kept.append(None)
         self.version = read_version + 1
+        self._fold_when_long()
+
+    def replaced(self, spark: SparkSession, frame: DataFrame, *, rewritten: Column, read_version: int) -> None:
+        """After a commit that rewrote the rows matching ``rewritten`` (a condition on partition columns) as ``frame``
+        (materialized): the cached rows matching it are dropped (a filter, nothing copied) and ``frame`` taken, if the
+        commit is the version after ``read_version``; otherwise forget everything (the next ``ensure`` reloads)."""
+        if self.version != read_version or table_version(spark, self.path) != read_version + 1:
+            self._replace([], None, dropped=[frame])
+            return
+        self._kept = [~rewritten if kept is None else kept & ~rewritten for kept in self._kept]
+        self._frames.append(frame)
+        self._kept.append(None)
+        self.version = read_version + 1
+        self._fold_when_long()
+
+    def _fold_when_long(self) -> None:
         if len(self._frames) > MAX_FRAMES:
             self._replace([materialize(self._fold(self.frame()).select(*self._columns))], self.version)
 
@@ -102,6 +123,7 @@ class TableCache:
 
     def _replace(self, frames: list[DataFrame], version: int | None, *, dropped: Sequence[DataFrame] = ()) -> None:
         old, self._frames, self.version = self._frames, frames, version
+        self._kept = [None] * len(frames)
         kept = {id(f) for f in frames}
         for frame in [*old, *dropped]:
             if id(frame) not in kept:
