@@ -106,3 +106,26 @@ def cli_json(capsys: pytest.CaptureFixture[str], settings: Settings, conf: Path,
     code, out = cli(capsys, settings, conf, *args)
     assert code == 0, out
     return json.loads(out)
+
+
+FAN_OUT_RULE: dict[str, Any] = {
+    "ruleId": 21,
+    "groupingKeyNames": ["payerId"],
+    "aggregateFieldName": "beneficiaryId",
+    "aggregatorFunctionType": "COUNT_DISTINCT",
+    "limitOperatorType": "GREATER",
+    "limit": 5,
+    "windowMinutes": 60,
+}
+"""A COUNT_DISTINCT rule (docs/engine.md, the contract): one payer paying more than 5 beneficiaries in an hour."""
+SPIKE_RULE: dict[str, Any] = {
+    "ruleId": 22,
+    "groupingKeyNames": ["payerId"],
+    "aggregateFieldName": "paymentAmount",
+    "aggregatorFunctionType": "VALUE",
+    "limitOperatorType": "GREATER",
+    "limit": 5,
+    "windowMinutes": 1,
+    "baseline": {"aggregatorFunctionType": "AVG", "windowMinutes": 43200, "minCount": 5},
+}
+"""A relative limit: a payment over 5 times the payer's average of the last 30 days (5 payments of history)."""

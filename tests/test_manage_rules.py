@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from kafka import KafkaConsumer
 from pyspark.sql import SparkSession
-from rules_cdc_support import SEED, table_rows, write_conf
+from rules_cdc_support import FAN_OUT_RULE, SEED, SPIKE_RULE, table_rows, write_conf
 
 from pipelines.base.settings import REPO_ROOT, Settings
 from pipelines.local.kafka_broker import KafkaBroker
@@ -122,29 +122,7 @@ def test_a_distinct_count_and_a_relative_limit_are_upserted_and_paused_with_thei
     spark: SparkSession, settings: Settings
 ) -> None:
     """The CLI publisher's events carry the baseline as Debezium does (JSON text of the jsonb column)."""
-    text = json.dumps(
-        [
-            {
-                "ruleId": 21,
-                "groupingKeyNames": ["payerId"],
-                "aggregateFieldName": "beneficiaryId",
-                "aggregatorFunctionType": "COUNT_DISTINCT",
-                "limitOperatorType": "GREATER",
-                "limit": 5,
-                "windowMinutes": 60,
-            },
-            {
-                "ruleId": 22,
-                "groupingKeyNames": ["payerId"],
-                "aggregateFieldName": "paymentAmount",
-                "aggregatorFunctionType": "VALUE",
-                "limitOperatorType": "GREATER",
-                "limit": 5,
-                "windowMinutes": 1,
-                "baseline": {"aggregatorFunctionType": "AVG", "windowMinutes": 43200, "minCount": 5},
-            },
-        ]
-    )
+    text = json.dumps([FAN_OUT_RULE, SPIKE_RULE])
     rules = parse_rules_text(text, settings)
     upserted = edit_rules(spark, settings, "upsert", rules=rules)
     assert upserted.applied is not None and upserted.applied.quarantined == 0

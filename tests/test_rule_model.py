@@ -4,7 +4,7 @@ from decimal import Decimal
 
 import pytest
 from pyspark.sql import SparkSession
-from rules_cdc_support import SEED
+from rules_cdc_support import FAN_OUT_RULE, SEED, SPIKE_RULE
 
 from pipelines.base.settings import Settings
 from rules_cdc.rule_model import Aggregator, Baseline, LimitOperator, RuleState, RuleValidationError, parse_rule
@@ -101,25 +101,7 @@ def test_rules_table_row_round_trip(spark: SparkSession, base_settings: Settings
 
 # ---- the aggregators and the baseline of docs/engine.md ("The contract"): COUNT_DISTINCT, VALUE, relative limits --
 
-DISTINCT = {
-    "ruleId": 21,
-    "groupingKeyNames": ["payerId"],
-    "aggregateFieldName": "beneficiaryId",
-    "aggregatorFunctionType": "COUNT_DISTINCT",
-    "limitOperatorType": "GREATER",
-    "limit": 5,
-    "windowMinutes": 60,
-}
-RELATIVE = {
-    "ruleId": 22,
-    "groupingKeyNames": ["payerId"],
-    "aggregateFieldName": "paymentAmount",
-    "aggregatorFunctionType": "VALUE",
-    "limitOperatorType": "GREATER",
-    "limit": 5,
-    "windowMinutes": 1,
-    "baseline": {"aggregatorFunctionType": "AVG", "windowMinutes": 43200, "minCount": 5},
-}
+DISTINCT, RELATIVE = FAN_OUT_RULE, SPIKE_RULE
 
 
 def test_a_distinct_count_and_a_relative_limit_parse_and_keep_their_vocabulary(base_settings: Settings) -> None:

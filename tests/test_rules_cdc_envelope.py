@@ -8,7 +8,7 @@ from decimal import Decimal
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from rules_cdc_support import SEED, reshaped, sample, sample_pg_position, sample_record
+from rules_cdc_support import FAN_OUT_RULE, SEED, SPIKE_RULE, reshaped, sample, sample_pg_position, sample_record
 
 from pipelines.base.settings import Settings
 from rules_cdc.decimals import decode_precise, encode_precise
@@ -221,27 +221,8 @@ def test_cli_positions_follow_everything_seen_and_delete_all_precedes_newer_data
 
 # ---- schema version 8: COUNT_DISTINCT, VALUE and the baseline (jsonb, which Debezium carries as JSON text) ---------
 
-DISTINCT_RULE = {
-    "ruleId": 3,
-    "ruleName": "fan-out",
-    "groupingKeyNames": ["payerId"],
-    "aggregateFieldName": "beneficiaryId",
-    "aggregatorFunctionType": "COUNT_DISTINCT",
-    "limitOperatorType": "GREATER",
-    "limit": 5,
-    "windowMinutes": 60,
-}
-RELATIVE_RULE = {
-    "ruleId": 4,
-    "ruleName": "five times the usual",
-    "groupingKeyNames": ["payerId"],
-    "aggregateFieldName": "paymentAmount",
-    "aggregatorFunctionType": "VALUE",
-    "limitOperatorType": "GREATER",
-    "limit": 5,
-    "windowMinutes": 1,
-    "baseline": {"aggregatorFunctionType": "AVG", "windowMinutes": 43200, "minCount": 5},
-}
+DISTINCT_RULE = {**FAN_OUT_RULE, "ruleId": 3, "ruleName": "fan-out"}
+RELATIVE_RULE = {**SPIKE_RULE, "ruleId": 4, "ruleName": "five times the usual"}
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 from debezium_support import own_database, sql_literal
+from rules_cdc_support import FAN_OUT_RULE, SPIKE_RULE
 
 from pipelines.base.settings import REPO_ROOT, Settings
 from pipelines.cli import main
@@ -196,27 +197,7 @@ def test_rules_of_the_new_kinds_round_trip_through_sql_and_the_operators_edits(
         ],
         role="operator",
     )
-    typed = {
-        21: {
-            "ruleId": 21,
-            "groupingKeyNames": ["payerId"],
-            "aggregateFieldName": "beneficiaryId",
-            "aggregatorFunctionType": "COUNT_DISTINCT",
-            "limitOperatorType": "GREATER",
-            "limit": 5,
-            "windowMinutes": 60,
-        },
-        22: {
-            "ruleId": 22,
-            "groupingKeyNames": ["payerId"],
-            "aggregateFieldName": "paymentAmount",
-            "aggregatorFunctionType": "VALUE",
-            "limitOperatorType": "GREATER",
-            "limit": 5,
-            "windowMinutes": 1,
-            "baseline": {"aggregatorFunctionType": "AVG", "windowMinutes": 43200, "minCount": 5},
-        },
-    }
+    typed = {21: FAN_OUT_RULE, 22: SPIKE_RULE}
     expected = [parse_rule(rule, schema) for rule in typed.values()]
     rows = json.loads(db.sql("SELECT json_agg(row_to_json(r) ORDER BY rule_id) FROM fraud_rules r"))
     assert [parse_rule(rule_columns(row), schema) for row in rows] == expected
