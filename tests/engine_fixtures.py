@@ -134,3 +134,14 @@ def folded_state(spark: SparkSession, settings: Settings) -> set[tuple[Any, ...]
         agg[3] = row["min"] if agg[3] is None else agg[3] if row["min"] is None else min(agg[3], row["min"])
         agg[4] = row["max"] if agg[4] is None else agg[4] if row["max"] is None else max(agg[4], row["max"])
     return {(*key, *agg) for key, agg in tiles.items()}
+
+
+SAMPLE_RULE_CATCHES = {
+    "large_payment": {6},
+    "velocity_burst": {2, 3},
+    "structuring": {4},
+    "fan_out": {5, 7},
+    "amount_spike": {8},
+}
+"""Which sample rules (conf/sample_rules.json) are designed to catch which generator pattern (7: COUNT_DISTINCT,
+8: a relative limit)."""

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_fixtures import json_line
+from engine_fixtures import SAMPLE_RULE_CATCHES, json_line
 from kafka import KafkaConsumer, KafkaProducer
 from polling import wait_for
 from pyspark.sql import SparkSession
@@ -60,14 +60,7 @@ pytestmark = pytest.mark.kafka
 DEADLINE_SECONDS = 420.0
 """Per wait. About 30 s on an idle machine; generous because a shared 2-core box can make a micro-batch take 2 min."""
 MAX_LATENCY_MS = 3_600_000  # a sanity bound (units, clocks), far above the slowest batch seen on a loaded machine
-CATCHES = {
-    "large_payment": {6},
-    "velocity_burst": {2, 3},
-    "structuring": {4},
-    "fan_out": {5, 7},
-    "amount_spike": {8},
-}
-"""Which sample rules (conf/sample_rules.json) are designed to catch which generator pattern."""
+CATCHES = SAMPLE_RULE_CATCHES
 NEW_ID = 9
 """The rule added mid-run (the sample rules are 1-8)."""
 NEW_RULE = {

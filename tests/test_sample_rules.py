@@ -9,6 +9,7 @@ import json
 from decimal import Decimal
 from typing import Any
 
+from engine_fixtures import SAMPLE_RULE_CATCHES
 from reference_evaluator import RefBatch, evaluate
 from rules_cdc_support import SEED
 
@@ -17,14 +18,7 @@ from pipelines.generator.transactions import PATTERNS, FraudRates, GeneratorConf
 from rules_cdc.rule_model import Rule, RuleState, parse_rule
 
 SAMPLE_RULES = REPO_ROOT / "conf" / "sample_rules.json"
-CATCHES = {
-    "large_payment": {6},
-    "velocity_burst": {2, 3},
-    "structuring": {4},
-    "fan_out": {5, 7},
-    "amount_spike": {8},
-}
-"""Which sample rules are designed to catch which pattern (7: COUNT_DISTINCT, 8: a relative limit)."""
+CATCHES = SAMPLE_RULE_CATCHES
 
 
 def sample_rules(settings: Settings) -> list[Rule]:
