@@ -156,7 +156,10 @@ def mismatch(record: DaemonRecord, pid_file: Path | None = None) -> str | None:
         return f"pid {record.pid} is now another process ({_described(record.pid)})"
     if _zombie(record.pid):
         return f"pid {record.pid} has exited"
-    if record.command and record.command[-1] not in command_line(record.pid):
+    # An empty command line is no evidence: /proc/<pid>/cmdline reads empty while the process is between two
+    # programs (spark-class execs java), which under load made a starting Spark worker look gone (test_cluster).
+    running = command_line(record.pid)
+    if record.command and running and record.command[-1] not in running:
         return f"pid {record.pid} no longer runs {record.command[-1]!r} ({_described(record.pid)})"
     return None
 
