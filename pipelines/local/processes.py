@@ -158,10 +158,19 @@ def mismatch(record: DaemonRecord, pid_file: Path | None = None) -> str | None:
         return f"pid {record.pid} has exited"
     # An empty command line is no evidence: /proc/<pid>/cmdline reads empty while the process is between two
     # programs (spark-class execs java), which under load made a starting Spark worker look gone (test_cluster).
-    running = command_line(record.pid)
+    running = _settled_command_line(record.pid)
     if record.command and running and record.command[-1] not in running:
         return f"pid {record.pid} no longer runs {record.command[-1]!r} ({_described(record.pid)})"
     return None
+
+
+def _settled_command_line(pid: int, *, tries: int = 10) -> tuple[str, ...]:
+    """``command_line``, read again a few times (20 ms apart) while it reads empty; still empty: ``()``."""
+    for _ in range(tries - 1):
+        if running := command_line(pid):
+            return running
+        time.sleep(0.02)
+    return command_line(pid)
 
 
 def read_pid(pid_file: Path) -> int | None:
