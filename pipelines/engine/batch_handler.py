@@ -137,7 +137,7 @@ class BatchHandler:
 
     def _attempt(self, batch: DataFrame, batch_id: int) -> dict[str, int]:
         try:
-            with session_confs(batch.sparkSession, self._batch_confs(batch.sparkSession, batch_id)):
+            with session_confs(batch.sparkSession, self._batch_confs(batch.sparkSession)):
                 return self._process(batch, batch_id)
         except BaseException:
             # Whatever failed, the next call must recover from the tables, and reload what it reads.
@@ -246,7 +246,7 @@ class BatchHandler:
         )
         return ready, states
 
-    def _batch_confs(self, spark: SparkSession, batch_id: int) -> dict[str, str]:
+    def _batch_confs(self, spark: SparkSession) -> dict[str, str]:
         """The session confs a batch runs with, set for the attempt and put back after it (``session_confs``): a
         handler called on a shared session (a notebook's, the tests') leaves it as it found it. In a streaming
         query the batch's session is the query's own clone anyway."""
