@@ -21,7 +21,7 @@ from pipelines.bench.scenarios import KIND_SETS, Plan, Results, merge, run_all
 from pipelines.bench.sliding_window import SlidingWindowResult
 from pipelines.bench.state_size import StateSize, engine_state_mismatches, steady_state_sizes
 from pipelines.bench.summary import BENCHMARKS_DOC, PROFILE_SECTION, build_report, profile_notes
-from pipelines.bench.workload import Workload, mixed_rule_set, rule_set, transactions
+from pipelines.bench.workload import Workload, alerting_rule_set, mixed_rule_set, rule_set, transactions
 from pipelines.engine.batch_handler import BatchHandler
 from pipelines.engine.keys import encode_key
 from pipelines.engine.states import LiveRule, states_of
@@ -241,3 +241,14 @@ def test_the_kinds_scenario_runs_both_rule_sets_on_the_same_backlog(
     assert [line.split(":")[0] for line in said] == ["kinds today 1", "kinds mixed 1"]
     text = write_report(build_report(results), tmp_path / "b.md", chart_dir=tmp_path / "c")[0].read_text()
     assert "Mixed vs today: " in text and "20 rules with 5 COUNT_DISTINCT and 5 relative" in text
+
+
+def test_calibrated_limits_make_about_the_asked_share_of_transactions_alert() -> None:
+    """The bench's alert-raising rule set: its limits, calibrated on a workload, make the contract's oracle raise
+    alerts on about the asked share of that workload's transactions (never far more: ties only lower it)."""
+    workload = Workload(count=3_000, keys=300, rate_per_second=30.0, seed=11)
+    rules = alerting_rule_set(10, workload, window_minutes=10, states=2, alert_share=0.05)
+    alerting = {a.transaction_id for a in evaluate([RefBatch(rules, list(transactions(workload)))])}
+    assert 0.02 <= len(alerting) / workload.count <= 0.05
+    seldom = alerting_rule_set(10, workload, window_minutes=10, states=2, alert_share=0.0)
+    assert len({a.transaction_id for a in evaluate([RefBatch(seldom, list(transactions(workload)))])}) < 30

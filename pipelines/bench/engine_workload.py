@@ -23,7 +23,7 @@ from pyspark.sql import SparkSession
 from pipelines.base.settings import Settings, load_settings
 from pipelines.base.spark_session import get_spark
 from pipelines.bench.engine_runs import lakehouse_for
-from pipelines.bench.workload import Workload, rule_set, transactions, write_batches
+from pipelines.bench.workload import Workload, alerting_rule_set, transactions, write_batches
 
 
 def add_workload_arguments(parser: argparse.ArgumentParser, *, rows: int = 2000, batches: int = 8) -> None:
@@ -34,6 +34,12 @@ def add_workload_arguments(parser: argparse.ArgumentParser, *, rows: int = 2000,
     parser.add_argument("--rules", type=int, default=20, help="rules, each per payer over 1 hour")
     parser.add_argument("--states", type=int, default=4, help="states the rules share (distinct filters)")
     parser.add_argument("--conf", action="append", default=[], help="extra Spark conf key=value")
+    parser.add_argument(
+        "--alert-share",
+        type=float,
+        default=0.01,
+        help="limits calibrated so that about this share of the transactions alert (0: the bench's seldom-met limits)",
+    )
 
 
 def spark_with(conf: Sequence[str], app_name: str, *, ui: bool = False) -> tuple[Settings, SparkSession]:
@@ -50,13 +56,18 @@ def fresh_landing(work: Path, args: argparse.Namespace) -> Path:
     """``work`` emptied, then ``args.batches`` JSON-lines files of ``args.rows`` transactions over ``args.keys``
     payers in ``work/landing`` (returned)."""
     shutil.rmtree(work, ignore_errors=True)
-    workload = Workload(count=args.rows * args.batches, keys=args.keys, rate_per_second=max(50.0, args.keys / 6))
-    write_batches(transactions(workload), work / "landing", batch_size=args.rows)
+    write_batches(transactions(_workload(args)), work / "landing", batch_size=args.rows)
     return work / "landing"
+
+
+def _workload(args: argparse.Namespace) -> Workload:
+    return Workload(count=args.rows * args.batches, keys=args.keys, rate_per_second=max(50.0, args.keys / 6))
 
 
 def engine_lakehouse(spark: SparkSession, base: Settings, work: Path, args: argparse.Namespace) -> Settings:
     """A fresh lakehouse in ``work/lakehouse`` with ``args.rules`` rules in ``args.states`` states (1-hour
-    windows): the settings that point at it."""
-    rules = rule_set(args.rules, window_minutes=60, states=args.states)
+    windows, limits met by ``args.alert_share`` of the workload): the settings that point at it."""
+    rules = alerting_rule_set(
+        args.rules, _workload(args), window_minutes=60, states=args.states, alert_share=args.alert_share
+    )
     return lakehouse_for(base, str(work / "lakehouse"), rules, spark=spark)

@@ -13,6 +13,14 @@ alerts append committed, or the end of the batch's writes when it had none) minu
 are over every transaction fed, the first micro-batch of the run included; the engine may be warm from an earlier
 run in the same process (``make demo`` runs its backlog first, and says so).
 
+Where the time goes: per transaction, *wait* = its micro-batch's trigger start (the query progress' ``timestamp``)
+- its ingestion, *work* = the alerts commit - that trigger start; per batch, the medians of the query progress'
+``durationMs`` parts (Spark's: offsets, WAL commit, planning, ``addBatch`` = the engine's ``foreachBatch``, the
+commit log) and of the engine's own steps (``batch_log.metrics``: plan, evaluate, retention).
+
+A *burst* (``burst=(start, length)`` as fractions of the run) multiplies the amount of every tenth transaction fed
+in that span by ``BURST_FACTOR``: an attack's volley of alerts; its transactions' latency is reported apart.
+
 Example::
 
     result = run_live(spark, settings, source="files", rate=2000, seconds=60)
@@ -21,11 +29,14 @@ Example::
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import statistics
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
 
@@ -39,6 +50,10 @@ from pipelines.engine.latency import COMMITTED_AT
 from pipelines.generator.sinks import KafkaSink
 
 LiveSource = Literal["files", "kafka"]
+BURST_FACTOR = 100
+"""A burst's amounts: every tenth transaction of the span at this many times its amount."""
+STACK_PARTS = ("latestOffset", "walCommit", "queryPlanning", "getBatch", "addBatch", "commitOffsets")
+"""The query progress' ``durationMs`` parts reported (``triggerExecution`` is their sum and a little more)."""
 
 
 @dataclass
@@ -56,6 +71,14 @@ class LiveResult:
     max: float
     mean_batch_seconds: float
     alerts: int
+    wait_p50: float = float("nan")  # ingestion -> the batch's trigger start, median over transactions
+    work_p50: float = float("nan")  # the batch's trigger start -> its alerts commit, median over transactions
+    stack_ms: dict[str, float] = field(default_factory=dict)  # median durationMs part per batch (STACK_PARTS + trigger)
+    steps_ms: dict[str, float] = field(default_factory=dict)  # median engine step per batch (batch_log.metrics)
+    alerting: int = 0  # transactions with at least one live alert
+    burst_p50: float = float("nan")  # latency of the burst's transactions (when there was one)
+    burst_p99: float = float("nan")
+    burst_transactions: int = 0
 
 
 def run_live(
@@ -67,18 +90,20 @@ def run_live(
     seconds: float,
     keys: int = 10_000,
     every_seconds: float = 0.25,
+    burst: tuple[float, float] | None = None,
     report: Callable[[str], None] | None = None,
 ) -> LiveResult:
-    """Start the engine continuously on ``source``, feed ``rate`` tx/s for ``seconds``, wait until every fed
-    transaction is committed, stop the engine, and measure."""
+    """Start the engine continuously on ``source``, feed ``rate`` tx/s for ``seconds`` (with a ``burst`` of alerts),
+    wait until every fed transaction is committed, stop the engine, and measure."""
     run = EngineRun(source=source)  # the lakehouse's landing folder or transactions topic, its usual checkpoint
     since = _last_batch_id(spark, settings)
     query = start_engine(spark, settings, run, report=report or (lambda _line: None))
     stop = threading.Event()
     workload = Workload(count=int(rate * seconds), keys=keys, rate_per_second=rate, first_id=_first_id())
+    feed = _Feed(workload, every_seconds, burst)
     feeder = threading.Thread(
         target=_feed_files if source == "files" else _feed_kafka,
-        args=(settings, workload, stop, every_seconds),
+        args=(settings, feed, stop),
         name="fraudlake-live-feeder",
         daemon=True,
     )
@@ -88,35 +113,78 @@ def run_live(
         query.processAllAvailable()  # every fed transaction is in a committed micro-batch
         if query.exception() is not None:
             raise RuntimeError(f"the engine failed during the live run: {query.exception()}")
+        progress = [json.loads(p.json) for p in query.recentProgress]
     finally:
         stop.set()
         query.stop()
-    return measure(spark, settings, source=source, rate=rate, seconds=seconds, after_batch=since)
+    return measure(
+        spark,
+        settings,
+        source=source,
+        rate=rate,
+        seconds=seconds,
+        after_batch=since,
+        progress=progress,
+        burst_ms=feed.burst_ms,
+    )
 
 
 def measure(
-    spark: SparkSession, settings: Settings, *, source: LiveSource, rate: float, seconds: float, after_batch: int
+    spark: SparkSession,
+    settings: Settings,
+    *,
+    source: LiveSource,
+    rate: float,
+    seconds: float,
+    after_batch: int,
+    progress: list[dict[str, Any]] | None = None,
+    burst_ms: tuple[float, float] | None = None,
 ) -> LiveResult:
     """Latency percentiles of the transactions of the engine batches after ``after_batch`` (one engine query per
-    lakehouse: batch ids are its own)."""
+    lakehouse: batch ids are its own); with the query's ``progress``, where the time went."""
     logs = [
         r
         for r in _engine_batches(spark, settings).collect()
         if r["batchId"] > after_batch and (r["counts"] or {}).get("rows")
     ]
+    started = {int(p["batchId"]): _epoch_ms(p["timestamp"]) for p in progress or [] if p.get("numInputRows")}
     committed = spark.createDataFrame(
-        [(r["batchId"], float((r["metrics"] or {}).get(COMMITTED_AT, 0.0))) for r in logs],
-        "batchId long, committedAtMs double",
+        [
+            (r["batchId"], float((r["metrics"] or {}).get(COMMITTED_AT, 0.0)), started.get(int(r["batchId"])))
+            for r in logs
+        ],
+        "batchId long, committedAtMs double, startedAtMs double",
     )
     bronze = spark.read.format("delta").load(settings.table_path("bronze_transactions"))
+    ingested = F.unix_millis("ingestedAt")
     latency = (
         bronze.where(F.col("batchId") > after_batch)
         .join(F.broadcast(committed), "batchId")
-        .select(((F.col("committedAtMs") - F.unix_millis("ingestedAt")) / 1000).alias("s"))
+        .select(
+            ((F.col("committedAtMs") - ingested) / 1000).alias("s"),
+            ((F.col("startedAtMs") - ingested) / 1000).alias("wait"),
+            ((F.col("committedAtMs") - F.col("startedAtMs")) / 1000).alias("work"),
+            ingested.alias("ingestedMs"),
+        )
     )
     quantiles = F.percentile("s", F.array(F.lit(0.5), F.lit(0.95), F.lit(0.99)))
-    row = latency.agg(F.count(F.lit(1)).alias("n"), quantiles.alias("p"), F.max("s").alias("max")).first()
+    row = latency.agg(
+        F.count(F.lit(1)).alias("n"),
+        quantiles.alias("p"),
+        F.max("s").alias("max"),
+        F.percentile("wait", 0.5).alias("wait"),
+        F.percentile("work", 0.5).alias("work"),
+    ).first()
     p = list(row["p"]) if row and row["p"] else [float("nan")] * 3
+    burst: dict[str, Any] = {}
+    if burst_ms is not None:
+        inside = latency.where(F.col("ingestedMs").between(*burst_ms))
+        hit = inside.agg(F.count(F.lit(1)).alias("n"), F.percentile("s", F.array(F.lit(0.5), F.lit(0.99))).alias("p"))
+        b = hit.first()
+        if b and b["n"]:
+            burst = {"burst_transactions": int(b["n"]), "burst_p50": b["p"][0], "burst_p99": b["p"][1]}
+    alerts = spark.read.format("delta").load(settings.table_path("alerts"))
+    alerting = alerts.where((F.col("batchId") > after_batch) & ~F.col("shadow")).select("transactionId").distinct()
     return LiveResult(
         source=source,
         rate=rate,
@@ -129,7 +197,29 @@ def measure(
         max=float(row["max"]) if row and row["max"] is not None else float("nan"),
         mean_batch_seconds=statistics.mean(r["durationMs"] / 1000 for r in logs) if logs else float("nan"),
         alerts=sum(int((r["counts"] or {}).get("alerts", 0)) for r in logs),
+        wait_p50=_number(row["wait"] if row else None),
+        work_p50=_number(row["work"] if row else None),
+        stack_ms=_median_parts([p["durationMs"] for p in progress or [] if p.get("numInputRows")], STACK_PARTS),
+        steps_ms=_median_parts([dict(r["metrics"] or {}) for r in logs], ("plan", "evaluate", "retention")),
+        alerting=alerting.count(),
+        **burst,
     )
+
+
+def _number(value: Any) -> float:
+    return float("nan") if value is None else float(value)
+
+
+def _median_parts(rows: list[dict[str, Any]], parts: tuple[str, ...]) -> dict[str, float]:
+    """Per part, the median over ``rows`` (a batch without the part counts as 0); ``triggerExecution`` too when
+    the rows have it."""
+    names = [*parts, *(("triggerExecution",) if any("triggerExecution" in r for r in rows) else ())]
+    return {name: statistics.median(float(r.get(name) or 0) for r in rows) for name in names} if rows else {}
+
+
+def _epoch_ms(timestamp: str) -> float:
+    """A query progress' ``timestamp`` (ISO 8601, UTC, ``Z``) as epoch milliseconds."""
+    return dt.datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp() * 1000
 
 
 def format_live(result: LiveResult) -> str:
@@ -137,7 +227,13 @@ def format_live(result: LiveResult) -> str:
         f"{result.source} at {result.rate:,.0f} tx/s for {result.seconds:.0f} s: {result.transactions:,} transactions"
         f" in {result.batches} micro-batches (mean {result.mean_batch_seconds:.1f} s), {result.alerts} alerts;"
         f" ingestion -> alerts committed p50 {result.p50:.2f} s, p95 {result.p95:.2f} s, p99 {result.p99:.2f} s,"
-        f" max {result.max:.2f} s"
+        f" max {result.max:.2f} s (wait {result.wait_p50:.2f} s + work {result.work_p50:.2f} s at the median)"
+        + (
+            f"; burst: {result.burst_transactions:,} transactions, p50 {result.burst_p50:.2f} s,"
+            f" p99 {result.burst_p99:.2f} s"
+            if result.burst_transactions
+            else ""
+        )
     )
 
 
@@ -159,46 +255,57 @@ def _first_id() -> int:
     return int(time.time() * 1000) * 1000
 
 
-def _paced(workload: Workload, every_seconds: float) -> list[tuple[float, Workload]]:
-    """The workload cut into chunks of ``every_seconds`` each, with the wall-clock instant each is due."""
-    per_chunk = max(1, round(workload.rate_per_second * every_seconds))
-    chunks: list[tuple[float, Workload]] = []
-    sent, begin = 0, time.time()
-    while sent < workload.count:
-        count = min(per_chunk, workload.count - sent)
-        chunks.append((begin + len(chunks) * every_seconds, replace(workload, count=count)))
-        sent += count
-    return chunks
+class _Feed:
+    """The workload cut into chunks of ``every_seconds``, each due at its wall-clock instant, the chunks within the
+    ``burst`` span with every tenth amount multiplied; ``burst_ms`` = the span's ingestion times once fed."""
 
+    def __init__(self, workload: Workload, every_seconds: float, burst: tuple[float, float] | None) -> None:
+        self.workload, self.every_seconds = workload, every_seconds
+        per_chunk = max(1, round(workload.rate_per_second * every_seconds))
+        self.sizes = [min(per_chunk, workload.count - sent) for sent in range(0, workload.count, per_chunk)]
+        chunks = len(self.sizes)
+        self.burst_chunks = (
+            range(int(burst[0] * chunks), int((burst[0] + burst[1]) * chunks)) if burst is not None else range(0)
+        )
+        self.burst_ms: tuple[float, float] | None = None
 
-def _chunk_records(chunk: Workload, index: int, first_id: int) -> list[dict[str, Any]]:
-    """The chunk's transactions, event time from now on, ids from ``first_id``."""
-    fresh = replace(chunk, start_ms=int(time.time() * 1000), seed=chunk.seed + index, first_id=first_id)
-    return list(transactions(fresh))
-
-
-def _feed_files(settings: Settings, workload: Workload, stop: threading.Event, every_seconds: float) -> None:
-    landing = Path(settings.landing_path("transactions"))
-    first_id = workload.first_id
-    for index, (due, chunk) in enumerate(_paced(workload, every_seconds)):
-        if stop.wait(max(0.0, due - time.time())):
-            return
-        records = _chunk_records(chunk, index, first_id)
-        write_batches(iter(records), landing, batch_size=len(records), prefix=f"live-{workload.first_id}-{index:06d}-")
-        first_id += len(records)
-
-
-def _feed_kafka(settings: Settings, workload: Workload, stop: threading.Event, every_seconds: float) -> None:
-    sink = KafkaSink(settings)
-    first_id = workload.first_id
-    try:
-        for index, (due, chunk) in enumerate(_paced(workload, every_seconds)):
-            if stop.wait(max(0.0, due - time.time())):
+    def chunks(self, stop: threading.Event) -> Iterator[list[dict[str, Any]]]:
+        """Each chunk's records at its due time (event time = now, ids following on), until ``stop``."""
+        begin, first_id = time.time(), self.workload.first_id
+        for index, count in enumerate(self.sizes):
+            if stop.wait(max(0.0, begin + index * self.every_seconds - time.time())):
                 return
-            records = _chunk_records(chunk, index, first_id)
+            fresh = replace(
+                self.workload,
+                count=count,
+                start_ms=int(time.time() * 1000),
+                seed=self.workload.seed + index,
+                first_id=first_id,
+            )
+            records = list(transactions(fresh))
+            if index in self.burst_chunks:
+                for record in records[::10]:
+                    record["paymentAmount"] = str(Decimal(record["paymentAmount"]) * BURST_FACTOR)
+                now = time.time() * 1000
+                self.burst_ms = (self.burst_ms[0] if self.burst_ms else now, now + 1000 * self.every_seconds)
+            first_id += count
+            yield records
+
+
+def _feed_files(settings: Settings, feed: _Feed, stop: threading.Event) -> None:
+    landing = Path(settings.landing_path("transactions"))
+    for index, records in enumerate(feed.chunks(stop)):
+        write_batches(
+            iter(records), landing, batch_size=len(records), prefix=f"live-{feed.workload.first_id}-{index:06d}-"
+        )
+
+
+def _feed_kafka(settings: Settings, feed: _Feed, stop: threading.Event) -> None:
+    sink = KafkaSink(settings)
+    try:
+        for records in feed.chunks(stop):
             for record in records:
                 sink.send(record)
             sink.flush()  # the record timestamps are the send times: no batching beyond the chunk
-            first_id += len(records)
     finally:
         sink.close()

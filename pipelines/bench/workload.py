@@ -23,7 +23,8 @@ from __future__ import annotations
 import json
 import os
 import random
-from collections.abc import Iterator, Sequence
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -113,8 +114,50 @@ def _write(folder: Path, name: str, lines: Sequence[str]) -> None:
     os.replace(temp, folder / name)
 
 
-def rule_set(count: int, *, window_minutes: int, states: int, first_id: int = 1) -> list[Rule]:
-    """``count`` ACTIVE rules per payer over ``window_minutes``, sharing ``states`` states (distinct filters).
+DEFAULT_LIMITS: dict[str, float] = {"SUM": 20_000, "COUNT": 40, "AVG": 5_000, "MAX": 30_000, "MIN": 0.5}
+"""Limits that the throughput workload's transactions seldom meet (a run of few minutes of event time)."""
+
+
+def calibrated_limits(
+    records: Iterable[dict[str, Any]], *, window_minutes: int, alert_share: float
+) -> dict[str, float]:
+    """Per aggregator, the limit that about ``alert_share / 5`` of ``records`` exceed (MIN: fall below), each
+    transaction's aggregate taken over its payer's transactions of the last ``window_minutes`` (itself included):
+    a rule set built on them alerts on about ``alert_share`` of the workload, whatever its per-payer rate.
+
+    Pure Python over the records in event-time order (a deque per payer); ties (COUNT) make the share at most the
+    target, never more.
+    """
+    window_ms = window_minutes * 60_000
+    history: dict[int, deque[tuple[int, float]]] = {}
+    values: dict[str, list[float]] = {name: [] for name in AGGREGATORS}
+    for record in records:
+        at, amount = int(record["eventTime"]), float(record["paymentAmount"])
+        past = history.setdefault(int(record["payerId"]), deque())
+        past.append((at, amount))
+        while past[0][0] <= at - window_ms:
+            past.popleft()
+        amounts = [a for _, a in past]
+        total = sum(amounts)
+        values["SUM"].append(total)
+        values["COUNT"].append(len(amounts))
+        values["AVG"].append(total / len(amounts))
+        values["MAX"].append(max(amounts))
+        values["MIN"].append(min(amounts))
+    share = alert_share / len(AGGREGATORS)
+    limits = {}
+    for name, seen in values.items():
+        seen.sort()
+        index = int(len(seen) * share) if name == "MIN" else min(len(seen) - 1, int(len(seen) * (1 - share)))
+        limits[name] = round(seen[index], 2)
+    return limits
+
+
+def rule_set(
+    count: int, *, window_minutes: int, states: int, first_id: int = 1, limits: Mapping[str, float] | None = None
+) -> list[Rule]:
+    """``count`` ACTIVE rules per payer over ``window_minutes``, sharing ``states`` states (distinct filters), with
+    ``limits`` per aggregator (``DEFAULT_LIMITS`` when not given; ``calibrated_limits`` for a given alert share).
 
     State ``s`` = filter ``paymentAmount >= s/100`` (``s = 0``: no filter): nearly every transaction passes all,
     so each state holds about the same tiles and the only difference between them is bookkeeping.
@@ -125,7 +168,7 @@ def rule_set(count: int, *, window_minutes: int, states: int, first_id: int = 1)
     for i in range(count):
         state = i % states
         aggregator = AGGREGATORS[(i // states) % len(AGGREGATORS)]
-        limit = {"SUM": 20_000, "COUNT": 40, "AVG": 5_000, "MAX": 30_000, "MIN": 0.5}[aggregator]
+        limit = (limits or DEFAULT_LIMITS)[aggregator]
         operator = "LESS" if aggregator == "MIN" else "GREATER"
         data: dict[str, Any] = {
             "ruleId": first_id + i,
@@ -140,6 +183,19 @@ def rule_set(count: int, *, window_minutes: int, states: int, first_id: int = 1)
             data["filter"] = {"field": "paymentAmount", "op": "GREATER_EQUAL", "value": state / 100}
         rules.append(Rule.model_validate(data))
     return rules
+
+
+def alerting_rule_set(
+    count: int, workload: Workload, *, window_minutes: int, states: int, alert_share: float
+) -> list[Rule]:
+    """``rule_set`` with limits calibrated on ``workload``'s transactions so that about ``alert_share`` of them
+    raise an alert (``alert_share`` 0: the seldom-met ``DEFAULT_LIMITS``)."""
+    limits = (
+        calibrated_limits(transactions(workload), window_minutes=window_minutes, alert_share=alert_share)
+        if alert_share
+        else None
+    )
+    return rule_set(count, window_minutes=window_minutes, states=states, limits=limits)
 
 
 RELATIVE_SHAPES: tuple[tuple[str, str, int], ...] = (

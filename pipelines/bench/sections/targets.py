@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipelines.bench.report import Target
+from pipelines.bench.report import Target, fmt
 from pipelines.bench.scenarios import DAY_MINUTES, Results
 from pipelines.bench.sections.labels import engine_label, parse_label, window_label
 from pipelines.bench.sections.rule_kinds import KINDS_TARGET, kinds_ratio
@@ -18,7 +18,9 @@ def measure_targets(results: Results) -> list[Target]:
         floor = None if label is None else results.floors.get(label, {}).get("append+merge")
         targets.append(
             Target(
-                f"median batch vs the append+MERGE floor, {batch:,}-row batches (20 rules in 4 states, 10k keys)",
+                f"median batch vs the append+MERGE floor, {batch:,}-row batches (20 rules in 4 states, 10k keys,"
+                f" limits met by ~{results.plan.alert_share:.0%} of the transactions:"
+                f" {'-' if engine is None else fmt(engine.alerts)} alerts)",
                 "≤ 2x",
                 "-"
                 if r is None or engine is None or floor is None
@@ -46,13 +48,14 @@ def measure_targets(results: Results) -> list[Target]:
         live = results.live.get(source)
         targets.append(
             Target(
-                f"continuous at 2,000 tx/s over {source}: ingestion -> alerts committed",
-                "p50 < 3 s, p99 < 6 s (moonshot p50 < 1.5 s)",
+                f"continuous at 2,000 tx/s over {source}, alerts raised: ingestion -> alerts committed",
+                "p50 < 1.5 s, p99 < 3 s",
                 "-"
                 if live is None
                 else f"p50 {live.p50:.2f} s, p95 {live.p95:.2f} s, p99 {live.p99:.2f} s at {live.rate:,.0f} tx/s"
-                + (" (moonshot met)" if live.p50 < 1.5 else ""),
-                None if live is None else live.rate >= 2_000 and live.p50 < 3 and live.p99 < 6,
+                f" ({live.alerting / max(1, live.transactions):.1%} of transactions alerting; burst"
+                f" p50 {fmt(live.burst_p50, 2)} s, p99 {fmt(live.burst_p99, 2)} s)",
+                None if live is None else live.rate >= 2_000 and live.p50 < 1.5 and live.p99 < 3,
             )
         )
     few, many = (engine_label(results, rules=n, batch=results.plan.batch_rows) for n in (20, 100))
