@@ -14,6 +14,8 @@ Every comparison runs in the same process on the same input. Scenarios (full / `
 * **floor** (inside throughput) — the cheapest ``foreachBatch`` jobs doing the same I/O on the same files (parse +
   Delta append; + one MERGE of per-key-minute sums): every engine row reports its ratio to the append+MERGE floor;
 * **latency** — continuous at a fixed input rate, over files and Kafka: ingestion -> alerts committed p50/p95/p99;
+* **native** — the same rules and files through ``transformWithState`` on RocksDB (what a Spark user would write
+  instead) beside the engine: throughput, batch time, alerts (equal), state, recovery;
 * **driver memory** — the driver's used heap (after a GC) as the state grows.
 
 Example::
@@ -43,6 +45,7 @@ from pipelines.base.settings import Settings
 from pipelines.bench.engine_runs import BacklogResult, driver_heap_mb, lakehouse_for, run_backlog, table_size
 from pipelines.bench.floor import FLOOR_KINDS, FloorResult, run_floor
 from pipelines.bench.live_latency import LiveResult, format_live, run_live
+from pipelines.bench.native_state import NativeComparison, run_native_state
 from pipelines.bench.per_event import PerEventHandler
 from pipelines.bench.sliding_window import SlidingWindowResult, run_sliding_window
 from pipelines.bench.state_size import StateSize, engine_state_mismatches, steady_state_sizes
@@ -162,6 +165,7 @@ class Results:
     state_sizes: list[StateSize] = field(default_factory=list)
     live: dict[str, LiveResult] = field(default_factory=dict)  # source -> continuous run at the latency rate
     heap: list[tuple[str, int, float]] = field(default_factory=list)  # (after, state rows, heap MB)
+    native: list[NativeComparison] = field(default_factory=list)
     seconds: float = 0.0
 
 
@@ -178,6 +182,7 @@ def merge(parts: list[Results]) -> Results:
         # A later run of a scenario replaces an earlier one's figures, as for the dictionaries above.
         merged.baselines = part.baselines or merged.baselines
         merged.state_sizes = part.state_sizes or merged.state_sizes
+        merged.native = getattr(part, "native", None) or merged.native
         # Heaps of different processes are not comparable: keep which process each figure is from.
         merged.heap.extend((f"run {index + 1}: {label}", rows, mb) for label, rows, mb in part.heap)
         merged.seconds = max(merged.seconds, part.seconds)
@@ -444,6 +449,29 @@ class Runner:
                     f" ({result.bytes_ratio:.1f}x bytes, {result.rows_ratio:.1f}x rows)"
                 )
 
+    def run_native(self) -> None:
+        """The engine and the transformWithState baseline on the same files (the base keys, 2,000-row batches,
+        limits met by ``alert_share`` of the transactions); their alert counts must be equal."""
+        plan = self.plan
+        rows = 2_000
+        folder = self._folder("native")
+        workload = Workload(
+            count=rows * plan.batches, keys=plan.base_keys, rate_per_second=max(50.0, plan.base_keys / 6)
+        )
+        rule_list = alerting_rule_set(20, workload, window_minutes=60, states=4, alert_share=plan.alert_share)
+        write_batches(transactions(workload), folder / "landing", batch_size=rows)
+        settings = lakehouse_for(self.base, str(folder / "lakehouse"), rule_list, spark=self.spark)
+        engine = run_backlog(self.spark, settings, folder / "landing")
+        native = run_native_state(self.spark, folder / "landing", folder / "native", rule_list, settings=settings)
+        label = f"{rows:,}-row batches, {plan.base_keys:,} keys"
+        self.results.native.append(NativeComparison(label, native, engine))
+        self.say(
+            f"native: {native.sustained_tps:,.0f} tx/s, median batch {native.median_batch_seconds:.2f} s,"
+            f" {native.alerts} alerts (engine {engine.alerts}), state {native.state_bytes} B,"
+            f" recovery {native.recovery_seconds} s; engine {engine.sustained_tps:,.0f} tx/s"
+        )
+        shutil.rmtree(folder, ignore_errors=True)
+
     def run_latency(self) -> None:
         plan = self.plan
         for source in plan.latency_sources:
@@ -486,7 +514,7 @@ def _broker_for(settings: Settings, folder: Path, *, needed: bool) -> Iterator[S
         broker.stop()
 
 
-SCENARIOS = ("throughput", "windows", "sharing", "kinds", "baselines", "state", "latency")
+SCENARIOS = ("throughput", "windows", "sharing", "kinds", "baselines", "state", "native", "latency")
 KIND_SETS = ("today", "mixed")
 """The kinds scenario's rule sets: today's 20 rules, and 20 with 5 COUNT_DISTINCT and 5 relative."""
 

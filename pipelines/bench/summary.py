@@ -22,6 +22,7 @@ from pipelines.bench.scenarios import Results
 from pipelines.bench.sections.baselines import add_baselines
 from pipelines.bench.sections.latency import add_latency
 from pipelines.bench.sections.memory import add_memory
+from pipelines.bench.sections.native import add_native_state
 from pipelines.bench.sections.rule_kinds import add_kinds
 from pipelines.bench.sections.scaling import add_sharing, add_windows
 from pipelines.bench.sections.state_sizes import add_state_sizes
@@ -79,6 +80,7 @@ def build_report(results: Results, *, profile: Sequence[str] = ()) -> Report:
     add_kinds(report, results)
     add_baselines(report, results)
     add_state_sizes(report, results)
+    add_native_state(report, results.native)
     add_latency(report, results)
     add_memory(report, results)
     if profile:

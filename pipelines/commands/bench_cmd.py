@@ -4,7 +4,7 @@ Examples::
 
     fraudlake bench                      # the full plan (~60 minutes on 2 idle cores): what `make bench` runs
     fraudlake bench --quick              # smaller sizes, ~20 minutes
-    fraudlake bench --plan targets --only throughput kinds latency   # the targets table (`make bench-targets`)
+    fraudlake bench --plan targets --only throughput kinds latency windows baselines state native  # make bench-targets
     fraudlake bench --only baselines --output /tmp/b.md
 """
 
@@ -25,7 +25,7 @@ def register(subparsers: Any, parent: argparse.ArgumentParser) -> None:
     parser = subparsers.add_parser("bench", parents=[parent], help="run the benchmarks; write docs/benchmarks.md")
     parser.add_argument("--quick", action="store_true", help="smaller sizes (~20 minutes); same as --plan quick")
     parser.add_argument(
-        "--plan", choices=("full", "quick", "targets"), help="sizes: full (default), quick, or targets (~15 min)"
+        "--plan", choices=("full", "quick", "targets"), help="sizes: full (default), quick, or targets (~35 min)"
     )
     parser.add_argument("--only", nargs="+", choices=SCENARIOS, help="run only these scenarios")
     parser.add_argument("--output", default=str(REPO_ROOT / "docs" / "benchmarks.md"), help="the Markdown report")
