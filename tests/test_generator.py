@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
+import math
+import random
 import re
 import time
 from collections import Counter, defaultdict
@@ -19,6 +22,7 @@ from pipelines.generator.landing import generate_landing
 from pipelines.generator.transactions import (
     FAN_OUT_SIZE,
     LARGE_PAYMENT_MIN,
+    MAX_PAYERS,
     NEW_BENEFICIARY_ID_BASE,
     NORMAL_AMOUNT_CAP,
     PATTERNS,
@@ -38,6 +42,7 @@ from pipelines.generator.transactions import (
     GeneratorConfig,
     Transaction,
     TransactionGenerator,
+    ZipfKeys,
     generate,
     to_json,
 )
@@ -47,7 +52,10 @@ UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9
 AMOUNT = re.compile(r"^\d+\.\d{2}$")
 EXTRA_FIELDS = ("fraudPattern", "fraudEpisode")
 GOLDEN_SEED_4 = "4bd64a81ebc002b767d7465eddc2ce4cbe93cf818dc67fe824b9e12fefea89f1"
-"""sha256 of seed 4's first 20,000 records (old patterns' rates), written by the generator before amount_spike."""
+"""sha256 of seed 4's first 20,000 records (old patterns' rates), written by the generator before amount_spike
+(and before the per-payer cap: uncapped, it still draws them)."""
+GOLDEN_SEED_4_CAPPED = "7e14ebc7da8ba231104ad1a29cb54b17df1a4c352793a440cfd5535138ac527d"
+"""The same run with the default cap of 1 payment a minute per payer (its busiest payers, ~3 a minute, cut)."""
 
 
 def run_steps(config: GeneratorConfig, steps: int) -> tuple[TransactionGenerator, list[Transaction]]:
@@ -107,7 +115,10 @@ def test_event_time_advances_at_the_simulated_rate_and_jitter_reorders_a_little(
 
 
 def test_keys_are_skewed() -> None:
-    config = GeneratorConfig(seed=3, start_ms=START_MS, payers=1000, beneficiaries=1000, fraud=FraudRates())
+    """The raw skew (no per-payer cap): what ``ZipfKeys`` draws."""
+    config = GeneratorConfig(
+        seed=3, start_ms=START_MS, payers=1000, beneficiaries=1000, fraud=FraudRates(), payer_max_per_minute=math.inf
+    )
     generator = TransactionGenerator(config)
     records = [r for _ in range(20_000) for r in generator.step()]
     payers = Counter(r["payerId"] for r in records)
@@ -118,6 +129,59 @@ def test_keys_are_skewed() -> None:
     assert top_tenth > 0.25
     beneficiaries = Counter(r["beneficiaryId"] for r in records)
     assert beneficiaries.most_common(1)[0][1] / len(records) > top_share  # merchants are more concentrated
+
+
+@pytest.mark.parametrize(
+    ("rate", "payers", "population"),
+    [
+        (0.05, 20, 20),  # the notebooks' test
+        (2.0, 500, 500),  # the demo's landing
+        (10.0, 10_000, 10_000),  # fraudlake generate's defaults
+        (500.0, 10_000, 60_000),
+        (2000.0, 10_000, 240_000),
+    ],
+)
+def test_no_payer_pays_more_than_once_a_minute_on_average_whatever_the_rate(
+    rate: float, payers: int, population: int
+) -> None:
+    """The population grows with the rate (the average payer at half the cap), the busiest payers are cut to the
+    cap, and the rest keep their skew."""
+    config = GeneratorConfig(seed=3, start_ms=START_MS, events_per_second=rate, payers=payers)
+    assert config.payer_population == population
+    keys = TransactionGenerator(config).payer_keys
+    assert len(keys.ids) == population and len(set(keys.ids)) == population
+    per_minute = [keys.share(rank) * config.payments_per_minute for rank in range(1, population + 1)]
+    assert max(per_minute) <= config.payer_max_per_minute * (1 + 1e-9)
+    assert sum(per_minute) == pytest.approx(config.payments_per_minute)
+    assert all(busier >= next_one * (1 - 1e-9) for busier, next_one in itertools.pairwise(per_minute))  # by rank
+    # Still skewed: the busiest tenth of the payers make a fifth of the payments or more.
+    assert sum(per_minute[: population // 10]) > 0.19 * config.payments_per_minute
+    if rate >= 500:  # grown: the average payer pays half the cap, and one in twelve or so is at it
+        assert sum(per_minute) / population == pytest.approx(config.payer_max_per_minute / 2, rel=0.01)
+        assert 0.05 < sum(1 for r in per_minute if r > 0.999 * config.payer_max_per_minute) / population < 0.15
+
+
+def test_payers_under_the_cap_draw_what_they_drew_without_one() -> None:
+    """A cap that binds no payer changes nothing: the same weights, so the same records."""
+    config = GeneratorConfig(seed=9, start_ms=START_MS, events_per_second=0.05, payers=20, fraud=FraudRates.split(0.05))
+    assert generate(config, 2000) == generate(replace(config, payer_max_per_minute=math.inf), 2000)
+    capped = GeneratorConfig(seed=9, start_ms=START_MS, fraud=FraudRates.split(0.05))  # 10/s over 10,000: ~3/min top
+    assert generate(capped, 2000) != generate(replace(capped, payer_max_per_minute=math.inf), 2000)
+
+
+def test_the_cap_is_exact_and_the_population_has_a_ceiling() -> None:
+    keys = ZipfKeys(random.Random(1), 100, 1.0, 0, max_share=0.05)
+    shares = [keys.share(rank) for rank in range(1, 101)]
+    assert max(shares) == pytest.approx(0.05) and sum(shares) == pytest.approx(1.0)
+    capped = sum(1 for share in shares if share == pytest.approx(0.05))
+    assert 1 < capped < 100
+    assert shares[-1] / shares[capped] == pytest.approx((capped + 1) / 100)  # the tail keeps its 1/rank shape
+    even = ZipfKeys(random.Random(1), 100, 1.0, 0, max_share=0.01)
+    assert [even.share(rank) for rank in (1, 50, 100)] == pytest.approx([0.01] * 3)
+    with pytest.raises(ValueError):
+        ZipfKeys(random.Random(1), 100, 1.0, 0, max_share=0.009)
+    huge = GeneratorConfig(events_per_second=1_000_000)
+    assert huge.payer_population == MAX_PAYERS and huge.payer_max_share == pytest.approx(1 / MAX_PAYERS)
 
 
 def test_each_pattern_appears_at_its_rate_and_is_labelled() -> None:
@@ -187,10 +251,13 @@ def test_a_new_pattern_at_rate_zero_leaves_the_old_patterns_runs_as_they_were() 
     """The rates of the old patterns alone draw exactly the records they drew before amount_spike existed: these
     are the first records of seed 4's run as the generator wrote them before (a new pattern is appended last)."""
     rates = FraudRates(large_payment=0.01, velocity_burst=0.004, structuring=0.006, fan_out=0.003)
-    records = generate(GeneratorConfig(seed=4, start_ms=START_MS, fraud=rates), 20_000)
+    config = GeneratorConfig(seed=4, start_ms=START_MS, fraud=rates, payer_max_per_minute=math.inf)
+    records = generate(config, 20_000)
     assert PATTERNS[-1] == "amount_spike" and "amount_spike" not in {r["fraudPattern"] for r in records}
     digest = hashlib.sha256("\n".join(map(to_json, records)).encode()).hexdigest()
     assert digest == GOLDEN_SEED_4
+    capped = generate(replace(config, payer_max_per_minute=1.0), 20_000)
+    assert hashlib.sha256("\n".join(map(to_json, capped)).encode()).hexdigest() == GOLDEN_SEED_4_CAPPED
 
 
 def test_split_spreads_the_total_over_every_pattern() -> None:
@@ -209,6 +276,8 @@ def test_no_fraud_means_no_labels() -> None:
         {"payers": 0},
         {"payer_skew": -1.0},
         {"jitter_ms": -5},
+        {"payer_max_per_minute": 0.0},
+        {"payer_max_per_minute": math.nan},
     ],
 )
 def test_config_rejects_nonsense(bad: dict[str, Any]) -> None:

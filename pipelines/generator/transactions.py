@@ -4,6 +4,21 @@ Normal traffic: arrivals form a Poisson process at ``events_per_second`` of simu
 beneficiaries are drawn with Zipf-like skew (weight ``1/rank**s``) over a random permutation of their ids;
 amounts are log-normal per payment type; channel follows the payment type; country and currency follow the payer.
 
+Per-payer rates a person could make, whatever the total rate: no normal payer pays more than
+``payer_max_per_minute`` a minute on average (1 by default; Poisson, so a busy minute may hold a few). Two things
+keep it, and the velocity rules of the sample rules quiet on normal traffic (a payer who pays hundreds of times a
+minute is exactly what they look for):
+
+* the payer population grows with the rate: at least ``events_per_second * 60 / (payer_max_per_minute *
+  PAYER_MEAN_TO_MAX)`` payers, so the average payer pays half the maximum (``payers`` is the least there are:
+  10,000 payers at 10 tx/s stay 10,000; at 2,000 tx/s there are 240,000; never more than ``MAX_PAYERS``);
+* the skew is capped: the busiest payers' weights are cut to the cap, and the rest keep their Zipf shape
+  (``ZipfKeys`` with ``max_share``). Beneficiaries are not capped: a merchant may take thousands of payments a
+  minute.
+
+Set ``payer_max_per_minute`` to ``math.inf`` for the raw skew over exactly ``payers`` (a dense key space, for tests
+of the engine's state); a configuration whose payers stay under the cap draws exactly what it drew without one.
+
 Fraud: at every arrival, each pattern starts an *episode* with its configured probability instead of a normal
 payment. Every record of an episode carries ``fraudPattern`` (the pattern) and ``fraudEpisode`` (its id); normal
 records carry ``null`` in both (extra fields: the engine keeps them in ``extraFields``).
@@ -39,6 +54,7 @@ import json
 import math
 import random
 import uuid
+from array import array
 from bisect import bisect_right
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
@@ -72,6 +88,10 @@ BENEFICIARY_ID_BASE = 5_000_000
 NEW_BENEFICIARY_ID_BASE = 9_000_000
 QUIET_PAYER_ID_BASE = 4_000_000
 """Payers with no normal traffic: an amount spike's payer, whose steady history is all the run holds of it."""
+MAX_PAYERS = QUIET_PAYER_ID_BASE - PAYER_ID_BASE - 1
+"""The most payers a run has: their ids stay below the quiet payers' (the cap holds up to ~50,000 tx/s)."""
+PAYER_MEAN_TO_MAX = 0.5
+"""The population's average payer pays this share of ``payer_max_per_minute``: room for the skew under the cap."""
 
 Transaction = dict[str, Any]
 """One record, JSON-ready: camelCase fields of conf's transaction schema plus ``fraudPattern``/``fraudEpisode``."""
@@ -115,7 +135,7 @@ class FraudRates:
 
 @dataclass(frozen=True)
 class GeneratorConfig:
-    """What a run looks like. Defaults suit the sample rules at ~10 records/s of event time."""
+    """What a run looks like. Defaults suit the sample rules at any rate (``payer_max_per_minute``: see above)."""
 
     seed: int = 0
     start_ms: int = 0
@@ -126,24 +146,55 @@ class GeneratorConfig:
     beneficiary_skew: float = 1.0
     fraud: FraudRates = field(default_factory=lambda: FraudRates.split(0.002))
     jitter_ms: int = 0
+    payer_max_per_minute: float = 1.0
 
     def __post_init__(self) -> None:
         if self.events_per_second <= 0:
             raise ValueError("events_per_second must be positive")
+        if not self.payer_max_per_minute > 0:
+            raise ValueError("payer_max_per_minute must be positive (math.inf: no cap)")
         if self.payers < 1 or self.beneficiaries < 1:
             raise ValueError("payers and beneficiaries must be at least 1")
         if self.payer_skew < 0 or self.beneficiary_skew < 0 or self.jitter_ms < 0:
             raise ValueError("skews and jitter_ms must not be negative")
 
+    @property
+    def payments_per_minute(self) -> float:
+        return self.events_per_second * 60.0
+
+    @property
+    def payer_population(self) -> int:
+        """How many payers normal traffic draws from: ``payers``, or more when the rate needs them (see above)."""
+        if math.isinf(self.payer_max_per_minute):
+            return self.payers
+        needed = math.ceil(self.payments_per_minute / (self.payer_max_per_minute * PAYER_MEAN_TO_MAX))
+        return max(self.payers, min(needed, MAX_PAYERS))
+
+    @property
+    def payer_max_share(self) -> float | None:
+        """The most of normal traffic one payer may draw (None: no cap); never below an even split."""
+        if math.isinf(self.payer_max_per_minute):
+            return None
+        return max(self.payer_max_per_minute / self.payments_per_minute, 1.0 / self.payer_population)
+
 
 class ZipfKeys:
-    """Ids drawn with probability proportional to ``1/rank**skew``; which id has which rank is seeded."""
+    """Ids drawn with probability proportional to ``1/rank**skew``, no id above ``max_share`` of the draws (the
+    heaviest weights cut to one level, the rest untouched); which id has which rank is seeded.
 
-    def __init__(self, rng: random.Random, count: int, skew: float, base: int) -> None:
-        self.ids = [base + i for i in range(1, count + 1)]
+    Arrays, not lists: a fast run has hundreds of thousands of payers (the draws are the same).
+    """
+
+    def __init__(
+        self, rng: random.Random, count: int, skew: float, base: int, *, max_share: float | None = None
+    ) -> None:
+        self.ids: array[int] = array("q", range(base + 1, base + count + 1))
         rng.shuffle(self.ids)
-        weights: list[float] = [1.0 / float(rank) ** skew for rank in range(1, count + 1)]
-        self.cumulative = list(itertools.accumulate(weights))
+        weights = [1.0 / float(rank) ** skew for rank in range(1, count + 1)]
+        if max_share is not None:
+            level = _cap_level(weights, max_share)
+            weights = [min(w, level) for w in weights]
+        self.cumulative: array[float] = array("d", itertools.accumulate(weights))
 
     def draw(self, rng: random.Random) -> int:
         point = rng.random() * self.cumulative[-1]
@@ -153,6 +204,30 @@ class ZipfKeys:
         """The probability of the id at ``rank`` (1 = the most frequent)."""
         previous = self.cumulative[rank - 2] if rank > 1 else 0.0
         return (self.cumulative[rank - 1] - previous) / self.cumulative[-1]
+
+
+def _cap_level(weights: Sequence[float], max_share: float) -> float:
+    """The level ``c`` that caps decreasing ``weights`` so that the heaviest holds ``max_share`` of the total:
+    ``c = max_share * sum(min(w, c))`` (the first weight when it already holds no more).
+
+    With the ``k`` heaviest cut, ``c = max_share * (k*c + rest_k)``, so ``c = max_share * rest_k / (1 -
+    max_share*k)``; the answer is the first ``k`` whose ``c`` is at least the next weight. An even split
+    (``max_share * len(weights) == 1``) cuts every weight to the lightest.
+    """
+    slack = 1e-9  # 1/n * n may round below 1
+    if max_share * len(weights) < 1.0 - slack:
+        raise ValueError(f"{len(weights)} keys cannot hold each at most {max_share:g} of the draws")
+    rest = math.fsum(weights)
+    if weights[0] <= max_share * rest:
+        return weights[0]
+    for k, weight in enumerate(weights[:-1], start=1):
+        rest -= weight
+        if max_share * k >= 1.0 - slack:
+            break
+        level = max_share * rest / (1.0 - max_share * k)
+        if level >= weights[k]:
+            return level
+    return weights[-1]
 
 
 def _weighted(rng: random.Random, options: Sequence[tuple[str, float]]) -> str:
@@ -169,7 +244,9 @@ class TransactionGenerator:
     def __init__(self, config: GeneratorConfig) -> None:
         self.config = config
         self._rng = random.Random(config.seed)
-        self._payers = ZipfKeys(self._rng, config.payers, config.payer_skew, PAYER_ID_BASE)
+        self._payers = ZipfKeys(
+            self._rng, config.payer_population, config.payer_skew, PAYER_ID_BASE, max_share=config.payer_max_share
+        )
         self._beneficiaries = ZipfKeys(self._rng, config.beneficiaries, config.beneficiary_skew, BENEFICIARY_ID_BASE)
         self._profiles: dict[int, tuple[str, str]] = {}
         self._pending: list[tuple[float, int, Transaction]] = []  # (scheduled ms, sequence, record)
@@ -293,7 +370,7 @@ class TransactionGenerator:
         return [(0.0, self._record(payer, beneficiary, amount, "TRF", channel))]
 
     def _velocity_burst(self) -> list[tuple[float, Transaction]]:
-        payer = PAYER_ID_BASE + self._rng.randint(1, self.config.payers)  # any card can be stolen
+        payer = PAYER_ID_BASE + self._rng.randint(1, self.config.payer_population)  # any card can be stolen
         count = self._rng.randint(*VELOCITY_BURST_SIZE)
         offsets = self._spread(count, self._rng.uniform(*VELOCITY_BURST_SECONDS) * 1000)
         return [
