@@ -74,7 +74,9 @@ def run(args: argparse.Namespace) -> int:
     print("demo: the backlog's latency counts from each file's landing time, so it includes the wait for Spark")
     if args.live_seconds > 0:
         print(f"demo: live phase: the engine runs continuously while {args.live_rate:,.0f} transactions/s arrive")
-        live = run_live(spark, settings, source="files", rate=args.live_rate, seconds=args.live_seconds, keys=500)
+        # Payers at about one payment every two minutes, as the generator's (a person's rate, not a bot's).
+        keys = max(500, int(args.live_rate * 120))
+        live = run_live(spark, settings, source="files", rate=args.live_rate, seconds=args.live_seconds, keys=keys)
         print(f"demo: live: {format_live(live)}")
         print(
             "demo: live latency = each transaction's landing-file time -> its micro-batch's alerts commit, over"
