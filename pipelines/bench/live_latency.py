@@ -18,8 +18,9 @@ Where the time goes: per transaction, *wait* = its micro-batch's trigger start (
 ``durationMs`` parts (Spark's: offsets, WAL commit, planning, ``addBatch`` = the engine's ``foreachBatch``, the
 commit log) and of the engine's own steps (``batch_log.metrics``: plan, evaluate, retention).
 
-A *burst* (``burst=(start, length)`` as fractions of the run) multiplies the amount of every tenth transaction fed
-in that span by ``BURST_FACTOR``: an attack's volley of alerts; its transactions' latency is reported apart.
+A *burst* (``burst=(start, length)`` as fractions of the run) makes every tenth transaction fed in that span a
+payment of ``BURST_FACTOR`` times its amount by a payer of its own (an attack's volley of alerts: most rules fire on
+each of them); the span's transactions' latency is reported apart.
 
 Example::
 
@@ -52,6 +53,9 @@ from pipelines.generator.sinks import KafkaSink
 LiveSource = Literal["files", "kafka"]
 BURST_FACTOR = 100
 """A burst's amounts: every tenth transaction of the span at this many times its amount."""
+BURST_PAYER_BASE = 3_000_000_000
+"""A burst's transactions come from payers of their own (one payment each): the attack's volley of alerts, then
+nothing left in anyone's window to alert on."""
 STACK_PARTS = ("latestOffset", "walCommit", "queryPlanning", "getBatch", "addBatch", "commitOffsets")
 """The query progress' ``durationMs`` parts reported (``triggerExecution`` is their sum and a little more)."""
 
@@ -284,8 +288,9 @@ class _Feed:
             )
             records = list(transactions(fresh))
             if index in self.burst_chunks:
-                for record in records[::10]:
+                for record in records[::10]:  # a payer of its own: the burst leaves no lasting window behind
                     record["paymentAmount"] = str(Decimal(record["paymentAmount"]) * BURST_FACTOR)
+                    record["payerId"] = BURST_PAYER_BASE + int(record["transactionId"][1:]) % 1_000_000_000
                 now = time.time() * 1000
                 self.burst_ms = (self.burst_ms[0] if self.burst_ms else now, now + 1000 * self.every_seconds)
             first_id += count
