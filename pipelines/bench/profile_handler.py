@@ -71,6 +71,13 @@ def _delta(now: tuple[int, float], before: tuple[int, float]) -> str:
     return f"{now[0] - before[0]} classes"
 
 
+def _jvm(spark: Any) -> Any:
+    """The driver's JVM gateway (present on a classic, non-Connect session)."""
+    jvm = spark._jvm
+    assert jvm is not None, "profile_handler needs a classic SparkSession"
+    return jvm
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_workload_arguments(parser)
@@ -145,9 +152,3 @@ def main() -> int:
 if __name__ == "__main__":
     sys.exit(main())
 
-
-def _jvm(spark: Any) -> Any:
-    """The driver's JVM gateway (present on a classic, non-Connect session)."""
-    jvm = spark._jvm
-    assert jvm is not None, "profile_handler needs a classic SparkSession"
-    return jvm
