@@ -22,8 +22,8 @@ def add_latency(report: Report, results: Results) -> None:
         f" {results.plan.alert_share:.0%} of the transactions raise an alert"
         + (
             f"; from {results.plan.latency_burst[0]:.0%} of the run for {results.plan.latency_burst[1]:.0%} of it,"
-            f" every tenth transaction is {BURST_FACTOR}x its amount (a burst of alerts, an attack's shape): those"
-            " transactions' latency is given apart."
+            f" every tenth transaction is a payment of {BURST_FACTOR}x its amount by a payer of its own (a burst of"
+            " alerts, an attack's shape): that span's transactions' latency is given apart."
             if results.plan.latency_burst
             else "."
         )
