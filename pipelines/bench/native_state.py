@@ -44,8 +44,7 @@ import os
 import shutil
 import statistics
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,6 +55,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.types import LongType
 
 from pipelines.base.settings import Settings
+from pipelines.base.spark_session import session_confs
 from pipelines.bench.engine_runs import BacklogResult
 from pipelines.bench.native_processor import ALERTS_DDL, WindowProcessor, rule_checks
 from pipelines.engine.parse_transactions import parse_raw
@@ -145,23 +145,6 @@ def alerts_stream(raw: DataFrame, settings: Settings, rules: Sequence[Rule], *, 
     return tagged.groupBy(*states[0].grouping_key_names).transformWithState(
         processor, ALERTS_DDL, "Append", "ProcessingTime" if ttl else "None"
     )
-
-
-@contextmanager
-def session_confs(spark: SparkSession, confs: Mapping[str, str]) -> Iterator[None]:
-    """``confs`` set on the session for the block, the previous values put back after (the state store provider
-    is the session's, and other benchmarks' queries must keep theirs)."""
-    before: dict[str, str | None] = {name: spark.conf.get(name, None) for name in confs}
-    for name, value in confs.items():
-        spark.conf.set(name, value)
-    try:
-        yield
-    finally:
-        for name, previous in before.items():
-            if previous is None:
-                spark.conf.unset(name)
-            else:
-                spark.conf.set(name, previous)
 
 
 def run_native_state(
