@@ -61,7 +61,7 @@ def fresh_landing(work: Path, args: argparse.Namespace) -> Path:
 
 
 def _workload(args: argparse.Namespace) -> Workload:
-    return Workload(count=args.rows * args.batches, keys=args.keys, rate_per_second=max(50.0, args.keys / 6))
+    return Workload.backlog(args.rows * args.batches, args.keys)
 
 
 def engine_lakehouse(spark: SparkSession, base: Settings, work: Path, args: argparse.Namespace) -> Settings:

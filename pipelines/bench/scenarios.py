@@ -254,7 +254,7 @@ class Runner:
         plan = self.plan
         rows = batch_rows or plan.batch_rows
         folder = self._folder(label)
-        workload = Workload(count=rows * plan.batches, keys=keys, rate_per_second=max(50.0, keys / 6))
+        workload = Workload.backlog(rows * plan.batches, keys)
         if rule_list is None:  # with history (the windows scenario): limits the prefilled tiles do not meet
             rule_list = alerting_rule_set(
                 rules,
@@ -455,9 +455,7 @@ class Runner:
         plan = self.plan
         rows = 2_000
         folder = self._folder("native")
-        workload = Workload(
-            count=rows * plan.batches, keys=plan.base_keys, rate_per_second=max(50.0, plan.base_keys / 6)
-        )
+        workload = Workload.backlog(rows * plan.batches, plan.base_keys)
         rule_list = alerting_rule_set(20, workload, window_minutes=60, states=4, alert_share=plan.alert_share)
         write_batches(transactions(workload), folder / "landing", batch_size=rows)
         settings = lakehouse_for(self.base, str(folder / "lakehouse"), rule_list, spark=self.spark)

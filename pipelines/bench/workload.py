@@ -53,6 +53,12 @@ class Workload:
     bucket_ms: int = 60_000
     first_id: int = 0
 
+    @classmethod
+    def backlog(cls, count: int, keys: int) -> Workload:
+        """The throughput runs' input: ``count`` transactions over ``keys`` payers, each paying every 6 s of event
+        time (at least 50 tx/s in all)."""
+        return cls(count=count, keys=keys, rate_per_second=max(50.0, keys / 6))
+
     @property
     def span_ms(self) -> int:
         return int(self.count / self.rate_per_second * 1000)
