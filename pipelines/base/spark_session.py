@@ -47,6 +47,10 @@ def local_spark_conf(settings: Settings) -> dict[str, str]:
         # A micro-batch runs ~150 generated classes; the default cache of 100 would compile most of them again on
         # every batch (Janino: tens of ms each). Static: it must be set before the session starts.
         "spark.sql.codegen.cache.maxEntries": "4000",
+        # PySpark's DataFrame debugging wraps every Column function in call-site capture: 12 py4j round trips for an
+        # F.col instead of 3 (getActiveSession, a conf read, origin set and clear, the Python stack); the engine
+        # builds its plans from ~12,000 such calls a batch. Off: Spark errors then lack the Python call site.
+        "spark.python.sql.dataFrameDebugging.enabled": "false",
     }
     conf.update(settings.spark.extra_conf)
     return conf

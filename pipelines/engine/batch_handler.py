@@ -66,6 +66,7 @@ AUTO_COMPACT_CONF = "spark.databricks.delta.autoCompact.enabled"
 SHUFFLE_PARTITIONS_CONF = "spark.sql.shuffle.partitions"
 ADAPTIVE_CONF = "spark.sql.adaptive.enabled"
 CO_PARTITION_CONF = "spark.sql.requireAllClusterKeysForCoPartition"
+CLASS_NAME_ID_CONF = "spark.sql.codegen.useIdInClassName"
 STATE_ROWS = (*TILE_COLUMNS, "lastBatchId", *COORDINATES)  # coordinates: computed once per tile, not per batch
 MEMORY_ROWS = ("ruleId", "keyValue", "lastAlertTimeMs", "lastBatchId")
 
@@ -264,6 +265,11 @@ class BatchHandler:
             # Adaptive execution plans one stage at a time, after the one before it finished: for a micro-batch's
             # small, well-sized shuffles that doubles the stages (44 -> 24 per batch) for nothing to adapt.
             ADAPTIVE_CONF: "false",
+            # Generated classes named after their codegen stage id would change name, hence source, whenever a stage
+            # is added before them (the cached state's union grows a child per batch): every later stage compiled
+            # again (Janino, then the JIT from scratch), 14-31 classes a batch. Without the id the source is the
+            # same and Spark's code cache reuses the class: 0-12 a batch, 0 once warm.
+            CLASS_NAME_ID_CONF: "false",
         }
 
     def _partitions(self) -> int:
