@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
@@ -14,6 +15,7 @@ from reference_evaluator import RefBatch, evaluate
 from pipelines.base.settings import Settings
 from pipelines.bench.engine_runs import BacklogResult
 from pipelines.bench.floor import FloorResult
+from pipelines.bench.live_floor import run_live_floor
 from pipelines.bench.live_latency import LiveResult
 from pipelines.bench.per_event import PerEventHandler
 from pipelines.bench.report import Chart, Report, Table, write_report
@@ -127,6 +129,7 @@ def test_report_has_a_table_per_scenario_the_targets_and_charts(tmp_path: Path) 
         for label in results.throughput
     }
     results.live = {"files": LiveResult("files", 2000.0, 60.0, 120_000, 50, 1.5, 3.0, 4.0, 4.5, 1.2, 30)}
+    results.live_floor = {"files": LiveResult("files", 2000.0, 60.0, 120_000, 70, 0.9, 1.4, 1.8, 2.0, 0.6, 0)}
     results.heap = [("a", 1000, 300.0), ("b", 20000, 320.0)]
     results.kinds = {
         "today": [_backlog(1500.0, 900.0, 1000)],
@@ -153,6 +156,7 @@ def test_report_has_a_table_per_scenario_the_targets_and_charts(tmp_path: Path) 
     assert "20.0x smaller in bytes than whole transactions" in text and "8.0x than our lean" in text
     assert "9.5x in rows" in text and "**met**" in text
     assert "p50 1.50 s, p95 3.00 s, p99 4.00 s at 2,000 tx/s" in text
+    assert "the append+MERGE floor fed the same: p50 0.90 s, p99 1.80 s" in text and "| floor, files |" in text
     assert "1.25x (2.00 s vs 1.60 s)" in text  # the engine's median foreachBatch vs the append+MERGE floor's
     assert "Mixed vs today: 1.30x (2.60 s vs 2.00 s" in text and "1.22x (1,100 ms vs 900 ms)" in text  # evaluate
     assert (
@@ -252,3 +256,15 @@ def test_calibrated_limits_make_about_the_asked_share_of_transactions_alert() ->
     assert 0.02 <= len(alerting) / workload.count <= 0.05
     seldom = alerting_rule_set(10, workload, window_minutes=10, states=2, alert_share=0.0)
     assert len({a.transaction_id for a in evaluate([RefBatch(seldom, list(transactions(workload)))])}) < 30
+
+
+def test_the_live_floor_measures_every_transaction_fed_from_ingestion_to_its_batch_commit(
+    spark: SparkSession, settings: Settings, tmp_path: Path
+) -> None:
+    fed_at = time.time()
+    floor = run_live_floor(spark, settings, tmp_path / "floor", source="files", rate=100, seconds=3, keys=50)
+    took = time.time() - fed_at
+    assert floor.transactions == 300 and floor.batches >= 1 and floor.alerts == 0
+    # Each latency is a commit after the transaction's file was written, within the run.
+    assert 0 < floor.p50 <= floor.p99 <= floor.max < took
+    assert floor.wait_p50 >= 0 and floor.work_p50 > 0 and floor.stack_ms["addBatch"] > 0

@@ -63,6 +63,34 @@ def parsed(batch: DataFrame) -> DataFrame:
     return batch.select(F.from_json("value", TRANSACTION_DDL).alias("t")).select("t.*")
 
 
+def create_minute_state(spark: SparkSession, path: str) -> None:
+    """The floor's keyed state table: per (payer, minute) the sum and count of the amounts."""
+    (
+        DeltaTable.createIfNotExists(spark)
+        .location(path)
+        .addColumn("payerId", "LONG")
+        .addColumn("minute", "LONG")
+        .addColumn("amount", "DECIMAL(38,2)")
+        .addColumn("n", "LONG")
+        .execute()
+    )
+
+
+def merge_minutes(spark: SparkSession, state: str, rows: DataFrame) -> None:
+    """One MERGE of the rows' per-(payer, minute) sum and count into ``state`` (additive on match, else insert)."""
+    minutes = rows.groupBy("payerId", (F.col("eventTime") / 60_000).cast("long").alias("minute")).agg(
+        F.sum("paymentAmount").alias("amount"), F.count(F.lit(1)).alias("n")
+    )
+    (
+        DeltaTable.forPath(spark, state)
+        .alias("t")
+        .merge(minutes.alias("s"), "t.payerId = s.payerId AND t.minute = s.minute")
+        .whenMatchedUpdate(set={"amount": "t.amount + s.amount", "n": "t.n + s.n"})
+        .whenNotMatchedInsertAll()
+        .execute()
+    )
+
+
 def floor_batch(spark: SparkSession, kind: FloorKind, work: Path) -> Callable[[DataFrame, int], None]:
     """The ``foreachBatch`` function of one floor job."""
     bronze, state = str(work / "bronze"), str(work / "state")
@@ -71,17 +99,7 @@ def floor_batch(spark: SparkSession, kind: FloorKind, work: Path) -> Callable[[D
         rows = parsed(batch)
         rows.write.format("delta").mode("append").save(bronze)
         if kind == "append+merge":
-            minutes = rows.groupBy("payerId", (F.col("eventTime") / 60_000).cast("long").alias("minute")).agg(
-                F.sum("paymentAmount").alias("amount"), F.count(F.lit(1)).alias("n")
-            )
-            (
-                DeltaTable.forPath(spark, state)
-                .alias("t")
-                .merge(minutes.alias("s"), "t.payerId = s.payerId AND t.minute = s.minute")
-                .whenMatchedUpdate(set={"amount": "t.amount + s.amount", "n": "t.n + s.n"})
-                .whenNotMatchedInsertAll()
-                .execute()
-            )
+            merge_minutes(spark, state, rows)
 
     return run
 
@@ -89,15 +107,7 @@ def floor_batch(spark: SparkSession, kind: FloorKind, work: Path) -> Callable[[D
 def run_floor(spark: SparkSession, landing: Path, work: Path, *, kind: FloorKind) -> FloorResult:
     """Run one floor job over every file of ``landing`` (one per micro-batch) with fresh tables under ``work``."""
     work.mkdir(parents=True, exist_ok=True)
-    (
-        DeltaTable.createIfNotExists(spark)
-        .location(str(work / "state"))
-        .addColumn("payerId", "LONG")
-        .addColumn("minute", "LONG")
-        .addColumn("amount", "DECIMAL(38,2)")
-        .addColumn("n", "LONG")
-        .execute()
-    )
+    create_minute_state(spark, str(work / "state"))
     query = (
         spark.readStream.format("text")
         .option("maxFilesPerTrigger", 1)

@@ -103,10 +103,10 @@ def run_live(
     since = _last_batch_id(spark, settings)
     query = start_engine(spark, settings, run, report=report or (lambda _line: None))
     stop = threading.Event()
-    workload = Workload(count=int(rate * seconds), keys=keys, rate_per_second=rate, first_id=_first_id())
-    feed = _Feed(workload, every_seconds, burst)
+    workload = Workload(count=int(rate * seconds), keys=keys, rate_per_second=rate, first_id=first_id())
+    feed = Feed(workload, every_seconds, burst)
     feeder = threading.Thread(
-        target=_feed_files if source == "files" else _feed_kafka,
+        target=feed_files if source == "files" else feed_kafka,
         args=(settings, feed, stop),
         name="fraudlake-live-feeder",
         daemon=True,
@@ -151,28 +151,48 @@ def measure(
         for r in _engine_batches(spark, settings).collect()
         if r["batchId"] > after_batch and (r["counts"] or {}).get("rows")
     ]
-    started = {int(p["batchId"]): _epoch_ms(p["timestamp"]) for p in progress or [] if p.get("numInputRows")}
-    committed = spark.createDataFrame(
-        [
-            (r["batchId"], float((r["metrics"] or {}).get(COMMITTED_AT, 0.0)), started.get(int(r["batchId"])))
-            for r in logs
-        ],
-        "batchId long, committedAtMs double, startedAtMs double",
-    )
+    started = {int(p["batchId"]): epoch_ms(p["timestamp"]) for p in progress or [] if p.get("numInputRows")}
+    committed = [
+        (int(r["batchId"]), float((r["metrics"] or {}).get(COMMITTED_AT, 0.0)), started.get(int(r["batchId"])))
+        for r in logs
+    ]
     bronze = spark.read.format("delta").load(settings.table_path("bronze_transactions"))
+    figures = latency_figures(spark, bronze.where(F.col("batchId") > after_batch), committed, burst_ms=burst_ms)
+    alerts = spark.read.format("delta").load(settings.table_path("alerts"))
+    alerting = alerts.where((F.col("batchId") > after_batch) & ~F.col("shadow")).select("transactionId").distinct()
+    return LiveResult(
+        source=source,
+        rate=rate,
+        seconds=seconds,
+        batches=len(logs),
+        mean_batch_seconds=statistics.mean(r["durationMs"] / 1000 for r in logs) if logs else float("nan"),
+        alerts=sum(int((r["counts"] or {}).get("alerts", 0)) for r in logs),
+        stack_ms=median_parts([p["durationMs"] for p in progress or [] if p.get("numInputRows")], STACK_PARTS),
+        steps_ms=median_parts([dict(r["metrics"] or {}) for r in logs], ("plan", "evaluate", "retention")),
+        alerting=alerting.count(),
+        **figures,
+    )
+
+
+def latency_figures(
+    spark: SparkSession,
+    rows: DataFrame,
+    committed: list[tuple[int, float, float | None]],
+    *,
+    burst_ms: tuple[float, float] | None = None,
+) -> dict[str, Any]:
+    """Per-transaction latency figures (``LiveResult`` fields) of ``rows`` (``batchId``, ``ingestedAt``), given each
+    batch's (id, commit epoch ms, trigger start epoch ms or None), in one pass: the burst's figures are
+    conditional aggregates of the same rows."""
+    batches = spark.createDataFrame(committed, "batchId long, committedAtMs double, startedAtMs double")
     ingested = F.unix_millis("ingestedAt")
-    latency = (
-        bronze.where(F.col("batchId") > after_batch)
-        .join(F.broadcast(committed), "batchId")
-        .select(
-            ((F.col("committedAtMs") - ingested) / 1000).alias("s"),
-            ((F.col("startedAtMs") - ingested) / 1000).alias("wait"),
-            ((F.col("committedAtMs") - F.col("startedAtMs")) / 1000).alias("work"),
-            ingested.alias("ingestedMs"),
-        )
+    latency = rows.join(F.broadcast(batches), "batchId").select(
+        ((F.col("committedAtMs") - ingested) / 1000).alias("s"),
+        ((F.col("startedAtMs") - ingested) / 1000).alias("wait"),
+        ((F.col("committedAtMs") - F.col("startedAtMs")) / 1000).alias("work"),
+        ingested.alias("ingestedMs"),
     )
     quantiles = F.percentile("s", F.array(F.lit(0.5), F.lit(0.95), F.lit(0.99)))
-    # One pass over the latencies: the burst's figures are conditional aggregates of the same rows.
     in_burst = F.col("ingestedMs").between(*burst_ms) if burst_ms is not None else F.lit(False)
     row = latency.agg(
         F.count(F.lit(1)).alias("n"),
@@ -184,44 +204,32 @@ def measure(
         F.percentile(F.when(in_burst, F.col("s")), F.array(F.lit(0.5), F.lit(0.99))).alias("burstP"),
     ).first()
     p = list(row["p"]) if row and row["p"] else [float("nan")] * 3
-    burst: dict[str, Any] = {}
+    figures: dict[str, Any] = {
+        "transactions": int(row["n"]) if row else 0,
+        "p50": p[0],
+        "p95": p[1],
+        "p99": p[2],
+        "max": float(row["max"]) if row and row["max"] is not None else float("nan"),
+        "wait_p50": _number(row["wait"] if row else None),
+        "work_p50": _number(row["work"] if row else None),
+    }
     if row and row["burstN"]:
-        burst = {"burst_transactions": int(row["burstN"]), "burst_p50": row["burstP"][0], "burst_p99": row["burstP"][1]}
-    alerts = spark.read.format("delta").load(settings.table_path("alerts"))
-    alerting = alerts.where((F.col("batchId") > after_batch) & ~F.col("shadow")).select("transactionId").distinct()
-    return LiveResult(
-        source=source,
-        rate=rate,
-        seconds=seconds,
-        transactions=int(row["n"]) if row else 0,
-        batches=len(logs),
-        p50=p[0],
-        p95=p[1],
-        p99=p[2],
-        max=float(row["max"]) if row and row["max"] is not None else float("nan"),
-        mean_batch_seconds=statistics.mean(r["durationMs"] / 1000 for r in logs) if logs else float("nan"),
-        alerts=sum(int((r["counts"] or {}).get("alerts", 0)) for r in logs),
-        wait_p50=_number(row["wait"] if row else None),
-        work_p50=_number(row["work"] if row else None),
-        stack_ms=_median_parts([p["durationMs"] for p in progress or [] if p.get("numInputRows")], STACK_PARTS),
-        steps_ms=_median_parts([dict(r["metrics"] or {}) for r in logs], ("plan", "evaluate", "retention")),
-        alerting=alerting.count(),
-        **burst,
-    )
+        figures.update(burst_transactions=int(row["burstN"]), burst_p50=row["burstP"][0], burst_p99=row["burstP"][1])
+    return figures
 
 
 def _number(value: Any) -> float:
     return float("nan") if value is None else float(value)
 
 
-def _median_parts(rows: list[dict[str, Any]], parts: tuple[str, ...]) -> dict[str, float]:
+def median_parts(rows: list[dict[str, Any]], parts: tuple[str, ...]) -> dict[str, float]:
     """Per part, the median over ``rows`` (a batch without the part counts as 0); ``triggerExecution`` too when
     the rows have it."""
     names = [*parts, *(("triggerExecution",) if any("triggerExecution" in r for r in rows) else ())]
     return {name: statistics.median(float(r.get(name) or 0) for r in rows) for name in names} if rows else {}
 
 
-def _epoch_ms(timestamp: str) -> float:
+def epoch_ms(timestamp: str) -> float:
     """A query progress' ``timestamp`` (ISO 8601, UTC, ``Z``) as epoch milliseconds."""
     return dt.datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp() * 1000
 
@@ -254,12 +262,12 @@ def _last_batch_id(spark: SparkSession, settings: Settings) -> int:
     return int(row[0]) if row and row[0] is not None else -1
 
 
-def _first_id() -> int:
+def first_id() -> int:
     """Transaction ids of this run, apart from any earlier run's (the workload numbers them from here)."""
     return int(time.time() * 1000) * 1000
 
 
-class _Feed:
+class Feed:
     """The workload cut into chunks of ``every_seconds``, each due at its wall-clock instant, the chunks within the
     ``burst`` span with every tenth amount multiplied; ``burst_ms`` = the span's ingestion times once fed."""
 
@@ -275,7 +283,7 @@ class _Feed:
 
     def chunks(self, stop: threading.Event) -> Iterator[list[dict[str, Any]]]:
         """Each chunk's records at its due time (event time = now, ids following on), until ``stop``."""
-        begin, first_id = time.time(), self.workload.first_id
+        begin, next_id = time.time(), self.workload.first_id
         for index, count in enumerate(self.sizes):
             if stop.wait(max(0.0, begin + index * self.every_seconds - time.time())):
                 return
@@ -284,7 +292,7 @@ class _Feed:
                 count=count,
                 start_ms=int(time.time() * 1000),
                 seed=self.workload.seed + index,
-                first_id=first_id,
+                first_id=next_id,
             )
             records = list(transactions(fresh))
             if index in self.burst_chunks:
@@ -293,20 +301,22 @@ class _Feed:
                     record["payerId"] = BURST_PAYER_BASE + int(record["transactionId"][1:]) % 1_000_000_000
                 now = time.time() * 1000
                 self.burst_ms = (self.burst_ms[0] if self.burst_ms else now, now + 1000 * self.every_seconds)
-            first_id += count
+            next_id += count
             yield records
 
 
-def _feed_files(settings: Settings, feed: _Feed, stop: threading.Event) -> None:
-    landing = Path(settings.landing_path("transactions"))
+def feed_files(settings: Settings, feed: Feed, stop: threading.Event, *, landing: str | None = None) -> None:
+    """The feed as landing files (default: the lakehouse's landing folder), one per chunk, at their due times."""
+    folder = Path(landing or settings.landing_path("transactions"))
     for index, records in enumerate(feed.chunks(stop)):
         write_batches(
-            iter(records), landing, batch_size=len(records), prefix=f"live-{feed.workload.first_id}-{index:06d}-"
+            iter(records), folder, batch_size=len(records), prefix=f"live-{feed.workload.first_id}-{index:06d}-"
         )
 
 
-def _feed_kafka(settings: Settings, feed: _Feed, stop: threading.Event) -> None:
-    sink = KafkaSink(settings)
+def feed_kafka(settings: Settings, feed: Feed, stop: threading.Event, *, topic: str | None = None) -> None:
+    """The feed as records to the transactions topic (or ``topic``), each chunk flushed at its due time."""
+    sink = KafkaSink(settings, topic)
     try:
         for records in feed.chunks(stop):
             for record in records:

@@ -44,6 +44,7 @@ from delta_tables.bucket_state import append_tiles
 from pipelines.base.settings import Settings
 from pipelines.bench.engine_runs import BacklogResult, driver_heap_mb, lakehouse_for, run_backlog, table_size
 from pipelines.bench.floor import FLOOR_KINDS, FloorResult, run_floor
+from pipelines.bench.live_floor import run_live_floor
 from pipelines.bench.live_latency import LiveResult, format_live, run_live
 from pipelines.bench.native_state import NativeComparison, run_native_state
 from pipelines.bench.per_event import PerEventHandler
@@ -164,6 +165,7 @@ class Results:
     baselines: list[dict[str, Any]] = field(default_factory=list)
     state_sizes: list[StateSize] = field(default_factory=list)
     live: dict[str, LiveResult] = field(default_factory=dict)  # source -> continuous run at the latency rate
+    live_floor: dict[str, LiveResult] = field(default_factory=dict)  # source -> the floor job at the same rate
     heap: list[tuple[str, int, float]] = field(default_factory=list)  # (after, state rows, heap MB)
     native: list[NativeComparison] = field(default_factory=list)
     seconds: float = 0.0
@@ -176,6 +178,7 @@ def merge(parts: list[Results]) -> Results:
         merged.throughput.update(part.throughput)
         merged.floors.update(part.floors)
         merged.live.update(part.live)
+        merged.live_floor.update(getattr(part, "live_floor", {}))  # results pickled before it existed have none
         merged.windows.update(part.windows)
         merged.sharing.update(part.sharing)
         merged.kinds.update(getattr(part, "kinds", {}))  # results pickled before the scenario existed have none
@@ -491,8 +494,19 @@ class Runner:
                     keys=plan.base_keys,
                     burst=plan.latency_burst,
                 )
-            self.results.live[source] = result
-            self.say(f"latency: {format_live(result)}")
+                self.results.live[source] = result
+                self.say(f"latency: {format_live(result)}")
+                floor = run_live_floor(
+                    self.spark,
+                    live_settings,
+                    folder / "floor",
+                    source="kafka" if source == "kafka" else "files",
+                    rate=plan.latency_rate,
+                    seconds=plan.latency_seconds,
+                    keys=plan.base_keys,
+                )
+                self.results.live_floor[source] = floor
+                self.say(f"latency floor: {format_live(floor)}")
             shutil.rmtree(folder, ignore_errors=True)
 
 

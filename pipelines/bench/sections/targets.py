@@ -54,7 +54,12 @@ def measure_targets(results: Results) -> list[Target]:
                 if live is None
                 else f"p50 {live.p50:.2f} s, p95 {live.p95:.2f} s, p99 {live.p99:.2f} s at {live.rate:,.0f} tx/s"
                 f" ({live.alerting / max(1, live.transactions):.1%} of transactions alerting; burst"
-                f" p50 {fmt(live.burst_p50, 2)} s, p99 {fmt(live.burst_p99, 2)} s)",
+                f" p50 {fmt(live.burst_p50, 2)} s, p99 {fmt(live.burst_p99, 2)} s)"
+                + (
+                    f"; the append+MERGE floor fed the same: p50 {stack.p50:.2f} s, p99 {stack.p99:.2f} s"
+                    if (stack := results.live_floor.get(source)) is not None
+                    else ""
+                ),
                 None if live is None else live.rate >= 2_000 and live.p50 < 1.5 and live.p99 < 3,
             )
         )
