@@ -17,9 +17,11 @@ import argparse
 import cProfile
 import json
 import os
+import re
 import sys
 import time
 import urllib.request
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -32,20 +34,47 @@ from pipelines.engine.parse_transactions import RAW_COLUMNS
 
 
 def _jvm_cpu_seconds() -> float:
-    """CPU seconds of the Java children of this process (the Spark driver JVM)."""
-    total = 0.0
-    ticks = os.sysconf("SC_CLK_TCK")
+    """CPU seconds of the Java children of this process (the Spark driver JVM), exited threads included."""
+    ticks, total = os.sysconf("SC_CLK_TCK"), 0.0
+    for pid in _java_children():
+        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(stat[11]) + int(stat[12])) / ticks
+    return total
+
+
+def _java_children() -> list[str]:
+    """The pids of this process's Java children (the Spark driver JVM)."""
+    pids = []
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
         try:
-            stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
-        if int(stat[1]) == os.getpid() and b"java" in cmd:
-            total += (int(stat[11]) + int(stat[12])) / ticks
-    return total
+        if parent == os.getpid() and b"java" in cmd:
+            pids.append(pid)
+    return pids
+
+
+THREAD_KINDS = (("JIT", ("Compiler",)), ("tasks", ("Executor task",)), ("GC", ("GC", "G1", "Conc#")))
+
+
+def _jvm_thread_ticks() -> Counter[str]:
+    """CPU time so far (clock ticks) of the driver JVM's live threads by kind: the JIT's compiler threads, the task
+    threads, GC, and the rest by name (``Thread-N``: py4j's, where the driver plans and commits)."""
+    spent = Counter[str]()
+    for pid in _java_children():
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                name = Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
+                stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            kind = next((k for k, marks in THREAD_KINDS if any(m in name for m in marks)), re.sub(r"\d+", "N", name))
+            spent[kind] += int(stat[11]) + int(stat[12])
+    return spent
 
 
 def _codegen(spark: Any) -> tuple[int, float]:
@@ -110,6 +139,7 @@ def main() -> int:
         stages = _stages(spark)
         last_execution, last_stage = stages[0], stages[1]
         wall, cpu, jvm, compiled = time.perf_counter(), time.process_time(), _jvm_cpu_seconds(), _codegen(spark)
+        threads = _jvm_thread_ticks()
         if profiler and batch_id:
             profiler.enable()
         if args.jfr and batch_id == 2:
@@ -125,6 +155,8 @@ def main() -> int:
             f" {spent} executions / stages / tasks; steps {handler.last_steps}",
             flush=True,
         )
+        by_thread, ticks = _jvm_thread_ticks() - threads, os.sysconf("SC_CLK_TCK")
+        print("    jvm cpu by thread: " + ", ".join(f"{k} {v / ticks:.1f} s" for k, v in by_thread.most_common(5)))
     if args.stages:
         api = f"{spark.sparkContext.uiWebUrl}/api/v1/applications/{spark.sparkContext.applicationId}"
         with urllib.request.urlopen(f"{api}/stages") as response:
