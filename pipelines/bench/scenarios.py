@@ -13,7 +13,8 @@ Every comparison runs in the same process on the same input. Scenarios (full / `
 * **state** — state size at steady state (a full window of input): bucket tiles vs per-event rows, by rate and window;
 * **floor** (inside throughput) — the cheapest ``foreachBatch`` jobs doing the same I/O on the same files (parse +
   Delta append; + one MERGE of per-key-minute sums): every engine row reports its ratio to the append+MERGE floor;
-* **latency** — continuous at a fixed input rate, over files and Kafka: ingestion -> alerts committed p50/p95/p99;
+* **latency** — continuous at a fixed input rate, over files and Kafka: ingestion -> alerts committed p50/p95/p99,
+  and the append+MERGE floor fed the same way beside it (``live_floor``: the stack's own latency);
 * **native** — the same rules and files through ``transformWithState`` on RocksDB (what a Spark user would write
   instead) beside the engine: throughput, batch time, alerts (equal), state, recovery;
 * **driver memory** — the driver's used heap (after a GC) as the state grows.
