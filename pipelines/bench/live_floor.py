@@ -19,9 +19,7 @@ Example::
 
 from __future__ import annotations
 
-import json
 import statistics
-import threading
 import time
 from pathlib import Path
 
@@ -39,8 +37,7 @@ from pipelines.bench.live_latency import (
     LiveResult,
     LiveSource,
     epoch_ms,
-    feed_files,
-    feed_kafka,
+    feed_and_drain,
     first_id,
     latency_figures,
     median_parts,
@@ -90,27 +87,17 @@ def run_live_floor(
         .trigger(processingTime=f"{settings.engine.trigger_interval_seconds} seconds")
         .start()
     )
-    feed = Feed(
-        Workload(count=int(rate * seconds), keys=keys, rate_per_second=rate, first_id=first_id()), every_seconds, None
+    workload = Workload(count=int(rate * seconds), keys=keys, rate_per_second=rate, first_id=first_id())
+    progress = feed_and_drain(
+        query,
+        settings,
+        Feed(workload, every_seconds, None),
+        source=source,
+        seconds=seconds,
+        landing=landing,
+        topic=topic,
     )
-    stop = threading.Event()
-    feeder = threading.Thread(
-        target=feed_files if source == "files" else feed_kafka,
-        args=(settings, feed, stop),
-        kwargs={"landing": landing} if source == "files" else {"topic": topic},
-        name="fraudlake-floor-feeder",
-        daemon=True,
-    )
-    try:
-        feeder.start()
-        feeder.join(timeout=seconds * 3 + 60)
-        query.processAllAvailable()
-        if query.exception() is not None:
-            raise RuntimeError(f"the floor job failed during the live run: {query.exception()}")
-        progress = [p for p in (json.loads(q.json) for q in query.recentProgress) if p["numInputRows"]]
-    finally:
-        stop.set()
-        query.stop()
+    progress = [p for p in progress if p["numInputRows"]]
     started = {int(p["batchId"]): epoch_ms(p["timestamp"]) for p in progress}
     batches = [(batch_id, at, started.get(batch_id)) for batch_id, at in sorted(committed.items())]
     figures = latency_figures(spark, spark.read.format("delta").load(bronze), batches)

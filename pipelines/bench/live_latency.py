@@ -43,6 +43,7 @@ from typing import Any, Literal
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.streaming.query import StreamingQuery
 
 from pipelines.base.settings import Settings
 from pipelines.bench.workload import Workload, transactions, write_batches
@@ -102,25 +103,9 @@ def run_live(
     run = EngineRun(source=source)  # the lakehouse's landing folder or transactions topic, its usual checkpoint
     since = _last_batch_id(spark, settings)
     query = start_engine(spark, settings, run, report=report or (lambda _line: None))
-    stop = threading.Event()
     workload = Workload(count=int(rate * seconds), keys=keys, rate_per_second=rate, first_id=first_id())
     feed = Feed(workload, every_seconds, burst)
-    feeder = threading.Thread(
-        target=feed_files if source == "files" else feed_kafka,
-        args=(settings, feed, stop),
-        name="fraudlake-live-feeder",
-        daemon=True,
-    )
-    try:
-        feeder.start()
-        feeder.join(timeout=seconds * 3 + 60)
-        query.processAllAvailable()  # every fed transaction is in a committed micro-batch
-        if query.exception() is not None:
-            raise RuntimeError(f"the engine failed during the live run: {query.exception()}")
-        progress = [json.loads(p.json) for p in query.recentProgress]
-    finally:
-        stop.set()
-        query.stop()
+    progress = feed_and_drain(query, settings, feed, source=source, seconds=seconds)
     return measure(
         spark,
         settings,
@@ -131,6 +116,39 @@ def run_live(
         progress=progress,
         burst_ms=feed.burst_ms,
     )
+
+
+def feed_and_drain(
+    query: StreamingQuery,
+    settings: Settings,
+    feed: Feed,
+    *,
+    source: LiveSource,
+    seconds: float,
+    landing: str | None = None,
+    topic: str | None = None,
+) -> list[dict[str, Any]]:
+    """Feed ``feed`` to the running ``query``'s source (landing files, or records to the transactions topic; ``landing``
+    / ``topic`` override them) from a thread, wait until every fed record is in a committed micro-batch, stop the
+    query, and return its progress (one dict per micro-batch). A failed query raises."""
+    stop = threading.Event()
+    feeder = threading.Thread(
+        target=feed_files if source == "files" else feed_kafka,
+        args=(settings, feed, stop),
+        kwargs={"landing": landing} if source == "files" else {"topic": topic},
+        name="fraudlake-live-feeder",
+        daemon=True,
+    )
+    try:
+        feeder.start()
+        feeder.join(timeout=seconds * 3 + 60)
+        query.processAllAvailable()  # every fed transaction is in a committed micro-batch
+        if query.exception() is not None:
+            raise RuntimeError(f"the {query.name} query failed during the live run: {query.exception()}")
+        return [json.loads(p.json) for p in query.recentProgress]
+    finally:
+        stop.set()
+        query.stop()
 
 
 def measure(
