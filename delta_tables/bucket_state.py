@@ -35,7 +35,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
 from delta_tables.idempotent import CommitTag, append_tagged, overwrite_tagged, tagged_dml
-from delta_tables.table_spec import TableSpec
+from delta_tables.table_spec import TableSpec, checkpoint_every
 from delta_tables.transaction_types import AGGREGATE_TYPE
 
 TILE_COLUMNS = (
@@ -80,7 +80,11 @@ BUCKET_STATE = TableSpec(
     comment="Bucket, hour and day tiles of sum/count/min/max per shared rule state and grouping key.",
     partition_by=("stateId",),
     # A drop of states rewrites nothing (whole partitions); appends and compaction never update in place.
-    properties={"delta.enableDeletionVectors": "true", "delta.autoOptimize.optimizeWrite": "false"},
+    properties={
+        "delta.enableDeletionVectors": "true",
+        "delta.autoOptimize.optimizeWrite": "false",
+        **checkpoint_every(11),
+    },
 )
 
 

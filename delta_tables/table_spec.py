@@ -48,6 +48,19 @@ COMMON_PROPERTIES: dict[str, str] = {
 RETENTION_PROPERTY = "delta.deletedFileRetentionDuration"
 """How long VACUUM keeps unreferenced files (Delta 4 reads this, not VACUUM's argument)."""
 
+CHECKPOINT_PROPERTY = "delta.checkpointInterval"
+
+
+def checkpoint_every(commits: int) -> dict[str, str]:
+    """The table property that makes Delta write a checkpoint every ``commits`` commits (Delta's default: 10).
+
+    The engine's three tables that commit on every micro-batch (bronze, the bucket state, the batch log) checkpoint
+    every 10, 11 and 13 commits: with one interval for all, one batch in ten wrote all three checkpoints (each a
+    state reconstruction, its validation against the checksum file and a Parquet write: the p99 batch); staggered,
+    two coincide every 110 batches at most, all three every 1,430."""
+    return {CHECKPOINT_PROPERTY: str(commits)}
+
+
 LOCKS_FOLDER = "_locks"
 """Beside the tables on a local lakehouse; ``_`` like ``_delta_log``: readers of the root skip it."""
 

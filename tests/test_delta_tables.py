@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from delta.tables import DeltaTable
+from lakehouse_template import fresh_lakehouse
 from pyspark.sql import SparkSession
 
 from delta_tables.catalog import all_tables, init_lakehouse
@@ -48,3 +49,20 @@ def test_init_creates_every_table_once(spark: SparkSession, settings: Settings) 
     assert bronze["partitionColumns"] == ["eventDate"]
     schema = spark.read.format("delta").load(settings.table_path("bronze_transactions")).schema
     assert schema["paymentAmount"].dataType.simpleString() == "decimal(18,2)"
+
+
+def test_the_tables_every_batch_commits_to_checkpoint_on_different_batches(
+    spark: SparkSession, settings: Settings
+) -> None:
+    """Bronze, the bucket state and the batch log commit once per micro-batch each; with one checkpoint interval
+    they all wrote their checkpoint on the same batch (the p99 batch). Read back from the tables' own properties."""
+    fresh_lakehouse(spark, settings)
+    every = {}
+    for name in ("bronze_transactions", "bucket_state", "batch_log"):
+        properties = DeltaTable.forPath(spark, settings.table_path(name)).detail().first()["properties"]
+        every[name] = int(properties.get("delta.checkpointInterval", "10"))  # Delta's default: 10
+    assert len(set(every.values())) == 3, every
+    # Version v of each is batch v - 1 (version 0 is the CREATE); a checkpoint goes with each multiple of its interval.
+    all_three = [v for v in range(1, 1001) if all(v % n == 0 for n in every.values())]
+    assert all_three == [], every
+    assert max(sum(v % n == 0 for n in every.values()) for v in range(1, 101)) == 1, every
