@@ -38,11 +38,9 @@ from pipelines.bench.live_latency import (
     LiveSource,
     epoch_ms,
     feed_and_drain,
-    first_id,
     latency_figures,
     median_parts,
 )
-from pipelines.bench.workload import Workload
 from pipelines.engine.sources import read_source
 
 BATCH_ID = StructType([StructField("batchId", LongType(), False)])
@@ -87,11 +85,10 @@ def run_live_floor(
         .trigger(processingTime=f"{settings.engine.trigger_interval_seconds} seconds")
         .start()
     )
-    workload = Workload(count=int(rate * seconds), keys=keys, rate_per_second=rate, first_id=first_id())
     progress = feed_and_drain(
         query,
         settings,
-        Feed(workload, every_seconds, None),
+        Feed.at_rate(rate, seconds, keys, every_seconds),
         source=source,
         seconds=seconds,
         landing=landing,

@@ -103,8 +103,7 @@ def run_live(
     run = EngineRun(source=source)  # the lakehouse's landing folder or transactions topic, its usual checkpoint
     since = _last_batch_id(spark, settings)
     query = start_engine(spark, settings, run, report=report or (lambda _line: None))
-    workload = Workload(count=int(rate * seconds), keys=keys, rate_per_second=rate, first_id=first_id())
-    feed = Feed(workload, every_seconds, burst)
+    feed = Feed.at_rate(rate, seconds, keys, every_seconds, burst)
     progress = feed_and_drain(query, settings, feed, source=source, seconds=seconds)
     return measure(
         spark,
@@ -298,6 +297,14 @@ class Feed:
             range(int(burst[0] * chunks), int((burst[0] + burst[1]) * chunks)) if burst is not None else range(0)
         )
         self.burst_ms: tuple[float, float] | None = None
+
+    @classmethod
+    def at_rate(
+        cls, rate: float, seconds: float, keys: int, every_seconds: float, burst: tuple[float, float] | None = None
+    ) -> Feed:
+        """``rate`` tx/s for ``seconds`` over ``keys`` payers, ids after every earlier run's (``first_id``)."""
+        workload = Workload(count=int(rate * seconds), keys=keys, rate_per_second=rate, first_id=first_id())
+        return cls(workload, every_seconds, burst)
 
     def chunks(self, stop: threading.Event) -> Iterator[list[dict[str, Any]]]:
         """Each chunk's records at its due time (event time = now, ids following on), until ``stop``."""
