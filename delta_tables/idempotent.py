@@ -104,22 +104,39 @@ def tagged_dml(spark: SparkSession, tag: CommitTag | None) -> Iterator[None]:
         yield
 
 
+def _newest_snapshot(spark: SparkSession, path: str) -> Any:
+    """The JVM ``Snapshot`` of the table's newest version (a listing of its log, no Spark job); raises where the JVM
+    ``DeltaLog`` is not reachable (Spark Connect)."""
+    jvm: Any = spark._jvm
+    none = jvm.scala.Option.empty()
+    log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+    return log.update(False, none, none)
+
+
 def table_version(spark: SparkSession, path: str) -> int:
     """The newest committed version of the Delta table at ``path``: a listing of its log, no Spark job.
 
     Falls back to ``DESCRIBE HISTORY`` (a Spark job) where the JVM ``DeltaLog`` is not reachable (Spark Connect).
     """
     try:
-        jvm: Any = spark._jvm
-        none = jvm.scala.Option.empty()
-        log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
-        return int(log.update(False, none, none).version())
+        return int(_newest_snapshot(spark, path).version())
     except Exception:  # any failure of the fast path: use the public API
         row = DeltaTable.forPath(spark, path).history(1).select("version").first()
         if row is None:
             raise RuntimeError(f"{path} has no commits") from None
         version: int = row["version"]
         return version
+
+
+def table_file_count(spark: SparkSession, path: str) -> int | None:
+    """The number of data files in the newest version of the table at ``path``, from that version's checksum file
+    (``_delta_log/<version>.crc``, which Delta writes with each commit): no Spark job. None where it is not known
+    (no checksum file, no JVM access); ``DESCRIBE DETAIL`` would know, at the cost of a state reconstruction job."""
+    try:
+        checksum = _newest_snapshot(spark, path).checksumOpt()
+        return int(checksum.get().numFiles()) if checksum.isDefined() else None
+    except Exception:  # no fast path: unknown
+        return None
 
 
 def batch_commits(spark: SparkSession, path: str, app_id: str, batch_id: int, *, newest: int = 64) -> list[CommitTag]:

@@ -26,6 +26,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from delta_tables.catalog import all_tables
+from delta_tables.idempotent import table_file_count
 from delta_tables.table_spec import RETENTION_PROPERTY, retention_interval
 from pipelines.base.runtime_env import on_databricks
 from pipelines.base.settings import Settings
@@ -49,6 +50,21 @@ def optimize_table(spark: SparkSession, path: str) -> tuple[int, int]:
     row = DeltaTable.forPath(spark, path).optimize().executeCompaction().first()
     metrics: dict[str, Any] = row["metrics"].asDict() if row is not None else {}
     return int(metrics.get("numFilesRemoved", 0)), int(metrics.get("numFilesAdded", 0))
+
+
+def compact_small_files(spark: SparkSession, path: str, *, min_files: int) -> bool:
+    """OPTIMIZE the table if it holds at least ``min_files`` data files (counted from its newest version's checksum;
+    when that is unknown, compact); return whether it ran.
+
+    Like Delta's auto compaction (``spark.databricks.delta.autoCompact.minNumFiles``, 50 by default): a table of a
+    few files gains nothing from a rewrite, and each OPTIMIZE rewrites every small file again (the last compaction's
+    output with the few files appended since), plus a state reconstruction job and a commit.
+    """
+    files = table_file_count(spark, path)
+    if files is not None and files < min_files:
+        return False
+    optimize_table(spark, path)
+    return True
 
 
 @contextmanager

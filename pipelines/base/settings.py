@@ -94,6 +94,9 @@ class EngineSettings(_Frozen):
     allowed_lateness_seconds: int = Field(300, ge=0)
     trigger_interval_seconds: float = Field(1, gt=0)
     retention_every_batches: int = Field(20, ge=1)
+    # Retention's step for an append-only table (bronze, alerts, quarantine, batch log) bin-packs its small files only
+    # once it holds at least this many (Delta's auto compaction waits for 50 too: autoCompact.minNumFiles).
+    compact_min_files: int = Field(50, ge=1)
     backfill_retention_days: int = Field(31, ge=1)
     alerts_to_kafka: bool = False  # also send alerts to kafka.topics.alerts (at-least-once; key = alertId)
     max_files_per_trigger: int | None = Field(None, ge=1)  # files source: cap per micro-batch (None: all)

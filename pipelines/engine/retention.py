@@ -15,7 +15,8 @@ widest window. The cooldown memory needs no row older than ``M - L - 30 days`` (
 ``retention_every_batches`` batches (``retention_steps``): each state's tiles, and the cooldown memory, rewritten
 folded (one row per tile, per rule and key) without what is beyond its horizon, in one tagged commit, their
 executor caches then holding exactly what was written; and the small files of the append-only tables bin-packed,
-one table per step (Delta's auto compaction after every commit of one batch made that batch several times longer).
+one table per step, once it holds ``compact_min_files`` files (Delta's auto compaction after every commit of one
+batch made that batch several times longer).
 
 Example::
 
@@ -33,7 +34,7 @@ from pyspark.sql import functions as F
 from delta_tables.alert_cooldown import compact_memory, fold_memory
 from delta_tables.bucket_state import compact_tiles, fold_tiles, trim_condition
 from delta_tables.idempotent import table_version
-from delta_tables.table_maintenance import optimize_table
+from delta_tables.table_maintenance import compact_small_files
 from pipelines.engine.batch_run import BatchRun
 from pipelines.engine.evaluate import reach_buckets
 from pipelines.engine.lookback import with_coordinates
@@ -112,7 +113,8 @@ def run_retention(
 ) -> None:
     """Retention's steps of this batch: the states' tiles and the cooldown memory rewritten folded without what no
     lookback can reach (each skipped when an earlier attempt of the batch committed it; its cache then holds what
-    was written), small files of the append-only tables bin-packed (Delta's OPTIMIZE; idempotent)."""
+    was written), small files of the append-only tables bin-packed (Delta's OPTIMIZE; idempotent) once a table has
+    ``compact_min_files`` of them."""
     engine = run.settings.engine
     lateness_ms = engine.allowed_lateness_seconds * 1000
     state_ids = {step.target for step in steps if step.kind == "state"}
@@ -127,7 +129,7 @@ def run_retention(
         compact_cooldown_memory(run, memory_cache, horizon)
     for step in steps:
         if step.kind == "files":
-            optimize_table(run.spark, getattr(run.paths, step.target))
+            compact_small_files(run.spark, getattr(run.paths, step.target), min_files=engine.compact_min_files)
 
 
 def compact_state_tiles(run: BatchRun, cache: TableCache, horizons: dict[str, int]) -> None:
