@@ -28,7 +28,7 @@ from pipelines.base.settings import Settings
 from pipelines.engine.backfill import backfill_tiles
 from pipelines.engine.recovery import Attempt, EnginePaths, Pins
 from pipelines.engine.retention import state_horizons
-from pipelines.engine.states import RulesCache, StatePlan, StateSpec, plan_states
+from pipelines.engine.states import RegistryEntry, RulesCache, StatePlan, StateSpec, plan_states
 
 DAY_MS = 86_400_000
 
@@ -81,19 +81,22 @@ def maintain_states(
         forget_rules(spark, paths.alert_cooldown, forgotten, tag=attempt.tag("cooldown-forget", pins))
     if (plan.windows or plan.dropped) and not attempt.done("registry"):
         now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
-        rows = [
-            (
+        entries = {
+            s.state_id: RegistryEntry(
                 s.state_id,
-                s.signature,
                 s.window_minutes,
                 registry[s.state_id].created_batch_id
                 if s.state_id in registry and s.state_id not in plan.rebuilt
                 else batch_id,
                 batch_id if s.state_id in plan.windows else registry[s.state_id].updated_batch_id,
-                now,
             )
             for s in states
+        }
+        rows = [
+            (e.state_id, s.signature, e.window_minutes, e.created_batch_id, e.updated_batch_id, now)
+            for s, e in zip(states, entries.values(), strict=True)
         ]
         replace_registry(
             local_frame(spark, rows, RULE_STATES_SCHEMA), paths.rule_states, tag=attempt.tag("registry", pins)
         )
+        cache.registry_written(spark, entries, read_version=pins.registry)

@@ -22,6 +22,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from delta_tables.idempotent import table_version
 from pipelines.base.settings import TransactionSchema
 from rules_cdc.filter_expr import All, AnyOf, Leaf, Not
 from rules_cdc.rule_model import COUNT_FIELD, Rule, RuleState
@@ -200,6 +201,15 @@ class RulesCache:
             self._registry[version] = read_registry(spark, self._paths[1], version=version)
             _trim(self._registry, self.KEPT)
         return self._registry[version]
+
+    def registry_written(self, spark: SparkSession, entries: Mapping[str, RegistryEntry], *, read_version: int) -> None:
+        """After the engine replaced the registry with ``entries``: if that write is the version after
+        ``read_version`` (nobody else wrote in between), remember it as that version's content, so the next batch
+        does not read back what this one wrote (a read of a new table version costs a Delta state reconstruction
+        job besides the scan)."""
+        if table_version(spark, self._paths[1]) == read_version + 1:
+            self._registry[read_version + 1] = dict(entries)
+            _trim(self._registry, self.KEPT)
 
 
 def _trim(by_version: dict[int, Any], kept: int) -> None:
