@@ -34,8 +34,10 @@ from lakehouse_template import fresh_lakehouse
 from pyspark.sql import SparkSession
 from reference_evaluator import RefBatch, evaluate
 
+from delta_tables.idempotent import table_version
 from pipelines.base.settings import Settings
 from pipelines.engine.batch_handler import BatchHandler
+from pipelines.engine.states import RegistryEntry, read_registry
 from rules_cdc.rule_model import Rule, RuleState
 
 MIN = 60_000
@@ -123,6 +125,8 @@ class Outcome:
     expected: AlertFacts
     actual: AlertFacts
     r5_tiles_before_widening: set[tuple[Any, ...]]
+    # At the end: the registry the engine remembers, the table's, and how many Spark jobs the engine ran to get it.
+    registry: tuple[dict[str, RegistryEntry], dict[str, RegistryEntry], int]
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +146,16 @@ def outcome(spark: SparkSession, base_settings: Settings, tmp_path_factory: pyte
         if batch_id == 2:
             trimmed = {t for t in folded_state(spark, settings) if t[0] == R5_NARROW.state_id}
     reference = evaluate([RefBatch(rules, records) for rules, records in zip(TIMELINE, BATCHES, strict=True)])
-    return Outcome(reference_alerts(reference), engine_alerts(spark, settings), trimmed)
+    path, version = settings.table_path("rule_states"), table_version(spark, settings.table_path("rule_states"))
+    tracker = spark.sparkContext.statusTracker()
+    spark.sparkContext.setJobGroup("registry-probe", "the registry the next batch would plan against")
+    try:
+        remembered = handler._rules.registry(spark, version)
+        registry_jobs = len(tracker.getJobIdsForGroup("registry-probe"))
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+    registry = (remembered, read_registry(spark, path, version=version), registry_jobs)
+    return Outcome(reference_alerts(reference), engine_alerts(spark, settings), trimmed, registry)
 
 
 def _diff(outcome: Outcome, rule_ids: set[int]) -> str:
@@ -200,3 +213,11 @@ def test_a_distinct_count_and_a_relative_limit_are_widened_and_narrowed_on_the_s
     }
     assert r8["c1"][0] == Decimal("5.000000") and not any(facts[1] for facts in r8.values())
     assert _diff(outcome, {7, 8}) == ""
+
+
+def test_the_registry_the_engine_remembers_is_the_tables(outcome: Outcome) -> None:
+    # Every batch changed the rules, so every batch wrote the registry; the engine keeps what it wrote instead of
+    # reading it back (RulesCache.registry_written): the next batch would plan against exactly the table's content.
+    remembered, table, jobs = outcome.registry
+    assert remembered == table and len(table) > 1
+    assert jobs == 0  # remembered, not read back
