@@ -21,7 +21,7 @@ if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$VENV/.fraudlake-stamp" 2>/dev/null)
 fi
 
 bash scripts/jars.sh
-# The Spark driver's class archive (pipelines/base/class_archive.py): ~40 s once; returns at once when it exists.
+# The Spark driver's class archive (pipelines/base/class_archive.py): ~1 min once; returns at once when it exists.
 "$VENV/bin/fraudlake" class-archive
 bash scripts/ensure_postgres.sh
 bash scripts/ensure_chromium.sh

@@ -130,6 +130,7 @@ def test_report_has_a_table_per_scenario_the_targets_and_charts(tmp_path: Path) 
     }
     results.live = {"files": LiveResult("files", 2000.0, 60.0, 120_000, 50, 1.5, 3.0, 4.0, 4.5, 1.2, 30)}
     results.live_floor = {"files": LiveResult("files", 2000.0, 60.0, 120_000, 70, 0.9, 1.4, 1.8, 2.0, 0.6, 0)}
+    results.latency_jvm = "cold"  # the latency scenario ran first in its process
     results.heap = [("a", 1000, 300.0), ("b", 20000, 320.0)]
     results.kinds = {
         "today": [_backlog(1500.0, 900.0, 1000)],
@@ -156,6 +157,7 @@ def test_report_has_a_table_per_scenario_the_targets_and_charts(tmp_path: Path) 
     assert "20.0x smaller in bytes than whole transactions" in text and "8.0x than our lean" in text
     assert "9.5x in rows" in text and "**met**" in text
     assert "p50 1.50 s, p95 3.00 s, p99 4.00 s at 2,000 tx/s" in text
+    assert "This run's JVM was **cold**" in text and merge([results]).latency_jvm == "cold"
     assert "the append+MERGE floor fed the same: p50 0.90 s, p99 1.80 s" in text and "| floor, files |" in text
     assert "1.25x (2.00 s vs 1.60 s)" in text  # the engine's median foreachBatch vs the append+MERGE floor's
     assert "Mixed vs today: 1.30x (2.60 s vs 2.00 s" in text and "1.22x (1,100 ms vs 900 ms)" in text  # evaluate

@@ -169,6 +169,9 @@ class Results:
     live_floor: dict[str, LiveResult] = field(default_factory=dict)  # source -> the floor job at the same rate
     heap: list[tuple[str, int, float]] = field(default_factory=list)  # (after, state rows, heap MB)
     native: list[NativeComparison] = field(default_factory=list)
+    # Whether the latency scenario's JVM had run engine micro-batches before it ("warm") or not ("cold": its first
+    # batches then carry the JVM's class loading, JIT and code generation, and set the p99).
+    latency_jvm: str = ""
     seconds: float = 0.0
 
 
@@ -180,6 +183,8 @@ def merge(parts: list[Results]) -> Results:
         merged.floors.update(part.floors)
         merged.live.update(part.live)
         merged.live_floor.update(getattr(part, "live_floor", {}))  # results pickled before it existed have none
+        if part.live:
+            merged.latency_jvm = getattr(part, "latency_jvm", "")
         merged.windows.update(part.windows)
         merged.sharing.update(part.sharing)
         merged.kinds.update(getattr(part, "kinds", {}))  # results pickled before the scenario existed have none
@@ -476,6 +481,9 @@ class Runner:
 
     def run_latency(self) -> None:
         plan = self.plan
+        earlier = self.results
+        ran_engine = (earlier.throughput, earlier.windows, earlier.sharing, earlier.kinds, earlier.baselines)
+        earlier.latency_jvm = "warm" if any(ran_engine) or earlier.native else "cold"
         for source in plan.latency_sources:
             folder = self._folder(f"latency-{source}")
             workload = Workload(

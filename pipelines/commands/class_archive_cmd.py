@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     for old in path.parent.glob("spark-driver-*.jsa"):
         old.unlink()  # made for another JDK or jar set
-    print(f"class-archive: building {path} (once, ~40 s)", flush=True)
+    print(f"class-archive: building {path} (once, ~1 min)", flush=True)
     try:
         build(path, getattr(args, "conf", None))
     except Exception as error:  # not fatal: Spark starts without it, only slower

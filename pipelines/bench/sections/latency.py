@@ -29,6 +29,16 @@ def add_latency(report: Report, results: Results) -> None:
             else "."
         )
     )
+    if results.latency_jvm == "cold":
+        section.text.append(
+            "This run's JVM was **cold**: the latency scenario ran first in its process (`--only latency`), so its"
+            " first micro-batches carry the JVM's class loading, JIT and Spark's code generation and set the p99;"
+            " not comparable with a run after other scenarios (a warm JVM, as a continuous engine runs)."
+        )
+    elif results.latency_jvm == "warm":
+        section.text.append(
+            "This run's JVM was **warm**: other scenarios ran engine micro-batches in the same process before it."
+        )
     section.tables.append(
         Table(
             "latency",
