@@ -482,8 +482,15 @@ class Runner:
     def run_latency(self) -> None:
         plan = self.plan
         earlier = self.results
-        ran_engine = (earlier.throughput, earlier.windows, earlier.sharing, earlier.kinds, earlier.baselines)
-        earlier.latency_jvm = "warm" if any(ran_engine) or earlier.native else "cold"
+        ran_engine = (
+            earlier.throughput,
+            earlier.windows,
+            earlier.sharing,
+            earlier.kinds,
+            earlier.baselines,
+            earlier.native,
+        )
+        earlier.latency_jvm = "warm" if any(ran_engine) else "cold"
         for source in plan.latency_sources:
             folder = self._folder(f"latency-{source}")
             workload = Workload(

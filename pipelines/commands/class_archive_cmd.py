@@ -18,10 +18,12 @@ from typing import Any
 from delta_tables.catalog import init_lakehouse
 from pipelines.base.class_archive import DUMP_OPTION, QUIET, archive_path
 from pipelines.base.settings import load_settings
-from pipelines.base.spark_session import get_spark
+from pipelines.base.spark_session import get_spark, local_spark_conf
 from pipelines.commands.demo_cmd import load_rules
 from pipelines.engine.job import EngineRun, run_engine
 from pipelines.generator.landing import generate_landing
+
+DRIVER_OPTIONS = "spark.driver.extraJavaOptions"
 
 
 def register(subparsers: Any, parent: argparse.ArgumentParser) -> None:
@@ -52,11 +54,11 @@ def build(path: Path, conf: str | None = None) -> None:
     work = Path(tempfile.mkdtemp(prefix="fraudlake-class-archive-"))
     partial = path.with_suffix(".partial")
     try:
-        settings = load_settings(conf, lakehouse=str(work / "lakehouse"))
-        options = f"-Dderby.system.home={work}/derby {DUMP_OPTION}={partial} {QUIET}"
-        extra = {**settings.spark.extra_conf, "spark.driver.extraJavaOptions": options}
-        spark_settings = settings.spark.model_copy(update={"extra_conf": extra})
-        settings = settings.model_copy(update={"work_dir": str(work), "spark": spark_settings})
+        settings = load_settings(conf, lakehouse=str(work / "lakehouse")).model_copy(update={"work_dir": str(work)})
+        # The session's own driver options (no archive to map: ``run`` removed it) plus the dump.
+        options = f"{local_spark_conf(settings)[DRIVER_OPTIONS]} {DUMP_OPTION}={partial} {QUIET}"
+        extra = {**settings.spark.extra_conf, DRIVER_OPTIONS: options}
+        settings = settings.model_copy(update={"spark": settings.spark.model_copy(update={"extra_conf": extra})})
         spark = get_spark(settings, app_name="fraudlake-class-archive")
         spark.sparkContext.setLogLevel("ERROR")  # the workload's warnings (local checkpoints) are not news here
         init_lakehouse(spark, settings)
