@@ -140,11 +140,14 @@ def append_tiles(
 
     ``batch_id`` None: ``tiles`` already has ``lastBatchId`` and ``updatedAt`` (the engine's hot path brings them as
     columns, so that no per-batch literal changes the generated code)."""
-    frame = tiles
-    if batch_id is not None:
-        frame = frame.withColumns({"lastBatchId": F.lit(batch_id).cast("long"), "updatedAt": F.current_timestamp()})
-    frame = frame.select(*[f.name for f in BUCKET_STATE_SCHEMA.fields])
-    append_tagged(frame, path, tag, files=files)
+    frame = tiles if batch_id is None else with_batch_columns(tiles, batch_id)
+    append_tagged(frame.select(*[f.name for f in BUCKET_STATE_SCHEMA.fields]), path, tag, files=files)
+
+
+def with_batch_columns(tiles: DataFrame, batch_id: int) -> DataFrame:
+    """``tiles`` (TILE_COLUMNS) as table rows written by batch ``batch_id`` (BUCKET_STATE_SCHEMA's columns)."""
+    frame = tiles.withColumns({"lastBatchId": F.lit(batch_id).cast("long"), "updatedAt": F.current_timestamp()})
+    return frame.select(*[f.name for f in BUCKET_STATE_SCHEMA.fields])
 
 
 def compact_tiles(

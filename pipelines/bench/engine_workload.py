@@ -24,6 +24,7 @@ from pipelines.base.settings import Settings, load_settings
 from pipelines.base.spark_session import get_spark
 from pipelines.bench.engine_runs import lakehouse_for
 from pipelines.bench.workload import Workload, alerting_rule_set, transactions, write_batches
+from rules_cdc.rule_model import Rule
 
 
 def add_workload_arguments(parser: argparse.ArgumentParser, *, rows: int = 2000, batches: int = 8) -> None:
@@ -67,7 +68,11 @@ def _workload(args: argparse.Namespace) -> Workload:
 def engine_lakehouse(spark: SparkSession, base: Settings, work: Path, args: argparse.Namespace) -> Settings:
     """A fresh lakehouse in ``work/lakehouse`` with ``args.rules`` rules in ``args.states`` states (1-hour
     windows, limits met by ``args.alert_share`` of the workload): the settings that point at it."""
-    rules = alerting_rule_set(
+    return lakehouse_for(base, str(work / "lakehouse"), workload_rules(args), spark=spark)
+
+
+def workload_rules(args: argparse.Namespace) -> list[Rule]:
+    """The rules ``engine_lakehouse`` puts in the rules table."""
+    return alerting_rule_set(
         args.rules, _workload(args), window_minutes=60, states=args.states, alert_share=args.alert_share
     )
-    return lakehouse_for(base, str(work / "lakehouse"), rules, spark=spark)

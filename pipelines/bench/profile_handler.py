@@ -8,7 +8,9 @@ A fresh lakehouse under .work/profile-handler (20 rules in 4 states, 1-hour wind
 throughput runs), then ``BatchHandler.process`` called directly on each JSON-lines file read as a RAW_SCHEMA
 frame (no streaming query around it). Per batch it prints wall seconds, the Python driver's CPU seconds and the
 JVM's CPU seconds (``/proc``), which stay meaningful on a loaded machine where wall time does not; ``--cprofile``
-writes a cProfile of the batches after the first (open with ``python -m pstats``).
+writes a cProfile of the batches after the first (open with ``python -m pstats``). ``--rule-change-at N`` widens the
+first rule's window to 2 hours before batch N, as an analyst would: that batch drops and rebuilds its state from
+bronze (state maintenance) before it evaluates.
 """
 
 from __future__ import annotations
@@ -27,10 +29,19 @@ from typing import Any
 
 from pyspark.sql import functions as F
 
-from pipelines.base.settings import REPO_ROOT
-from pipelines.bench.engine_workload import add_workload_arguments, engine_lakehouse, fresh_landing, spark_with
+from delta_tables.rules_seed import put_rule_rows
+from pipelines.base.settings import REPO_ROOT, Settings
+from pipelines.bench.engine_workload import (
+    add_workload_arguments,
+    engine_lakehouse,
+    fresh_landing,
+    spark_with,
+    workload_rules,
+)
 from pipelines.engine.batch_handler import BatchHandler
 from pipelines.engine.parse_transactions import RAW_COLUMNS
+from rules_cdc.rule_model import Rule
+from rules_cdc.rule_rows import rule_to_row
 
 
 def _jvm_cpu_seconds() -> float:
@@ -107,6 +118,13 @@ def _jvm(spark: Any) -> Any:
     return jvm
 
 
+def _widen_first_rule(spark: Any, settings: Settings, rules: list[Rule]) -> None:
+    widened = rules[0].model_copy(update={"window_minutes": 2 * rules[0].window_minutes})
+    row = rule_to_row(widened, source_position="bench:2", source_op="u", source_ts_ms=None)
+    put_rule_rows(spark, settings.table_path("rules"), [row])
+    print(f"rule {widened.rule_id}: window {rules[0].window_minutes} -> {widened.window_minutes} min", flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_workload_arguments(parser)
@@ -114,6 +132,7 @@ def main() -> int:
     parser.add_argument("--stages", action="store_true", help="list the Spark stages of the last batch")
     parser.add_argument("--sql", help="write the last batch's SQL executions (plan nodes with metrics) here")
     parser.add_argument("--jfr", help="write a Java Flight Recording of the JVM over the batches after the second")
+    parser.add_argument("--rule-change-at", type=int, help="widen the first rule's window before this batch")
     args = parser.parse_args()
 
     base, spark = spark_with(args.conf, "fraudlake-profile-handler", ui=True)
@@ -124,6 +143,8 @@ def main() -> int:
     handler = BatchHandler(settings, app_id="engine-profile", report=print)
     profiler = cProfile.Profile() if args.cprofile else None
     for batch_id, path in enumerate(files):
+        if batch_id == args.rule_change_at:
+            _widen_first_rule(spark, settings, workload_rules(args))
         raw = (
             spark.read.text(str(path))
             .select(

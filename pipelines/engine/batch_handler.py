@@ -240,7 +240,10 @@ class BatchHandler:
         forgotten = forgotten_rule_ids(previous_live, states)
         plan = plan_states(states, self._rules.registry(spark, pins.registry))
         if needs_maintenance(plan, forgotten):
-            maintain_states(spark, self.settings, self._rules, attempt, pins, states, forgotten=forgotten)
+            caches = (self._state, self._memory)
+            maintain_states(
+                spark, self.settings, self._rules, attempt, pins, states, forgotten=forgotten, caches=caches
+            )
             crash_point("maintenance", attempt.batch_id)
         ready = pins.evaluating(
             state=table_version(spark, paths.bucket_state), cooldown=table_version(spark, paths.alert_cooldown)

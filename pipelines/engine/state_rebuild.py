@@ -7,10 +7,14 @@ memory of rule ids that left the rules in force, and records the new registry. E
 batch (``delta_tables.idempotent``) and skipped when an earlier attempt of the batch committed it; the plan is
 computed from the pinned rules, registry and bronze versions, so a replay redoes exactly the missing writes.
 
+The engine's caches of the bucket state and the cooldown memory follow these writes (a filter for each DELETE, the
+backfilled tiles taken as an appended frame) instead of reloading both tables from Delta after a rule change: a
+reload is a snapshot reconstruction and a scan and fold of the whole table, which grows with the state.
+
 Example::
 
     if needs_maintenance(plan, forgotten):
-        maintain_states(spark, settings, rules_cache, attempt, pins, states, forgotten=forgotten)
+        maintain_states(spark, settings, rules_cache, attempt, pins, states, forgotten=forgotten, caches=caches)
 """
 
 from __future__ import annotations
@@ -18,10 +22,12 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Collection, Sequence
 
-from pyspark.sql import SparkSession
+from pyspark.sql import Column, SparkSession
+from pyspark.sql import functions as F
 
 from delta_tables.alert_cooldown import forget_rules
-from delta_tables.bucket_state import append_tiles, delete_states
+from delta_tables.bucket_state import append_tiles, delete_states, with_batch_columns
+from delta_tables.idempotent import table_version
 from delta_tables.local_rows import local_frame
 from delta_tables.rule_states import RULE_STATES_SCHEMA, replace_registry
 from pipelines.base.settings import Settings
@@ -29,8 +35,17 @@ from pipelines.engine.backfill import backfill_tiles
 from pipelines.engine.recovery import Attempt, EnginePaths, Pins
 from pipelines.engine.retention import state_horizons
 from pipelines.engine.states import RegistryEntry, RulesCache, StatePlan, StateSpec, plan_states
+from pipelines.engine.table_cache import TableCache, materialize, release
 
 DAY_MS = 86_400_000
+StateCaches = tuple[TableCache, TableCache]
+"""The engine's caches of the bucket state and of the cooldown memory."""
+
+
+def _listed(column: str, values: Sequence[object]) -> Column:
+    """``column`` is one of ``values``: one array literal, so the generated code is the same whatever the values
+    (an ``isin`` compiles a comparison per value: new code, compiled again, for every other list)."""
+    return F.array_contains(F.lit(list(values)), F.col(column))
 
 
 def forgotten_rule_ids(previous_live: Collection[int] | None, states: Sequence[StateSpec]) -> set[int]:
@@ -52,13 +67,22 @@ def maintain_states(
     states: Sequence[StateSpec],
     *,
     forgotten: Collection[int],
+    caches: StateCaches | None = None,
 ) -> None:
-    """Apply the batch's state changes; each write is skipped when an earlier attempt committed it."""
+    """Apply the batch's state changes; each write is skipped when an earlier attempt committed it. ``caches`` (the
+    engine's bucket-state and cooldown-memory caches) follow the writes, or forget what they hold."""
     paths, engine, batch_id = EnginePaths.of(settings), settings.engine, attempt.batch_id
     registry = cache.registry(spark, pins.registry)
     plan = plan_states(states, registry)
+    state_cache, memory_cache = caches if caches is not None else (None, None)
     if not attempt.done("state-drop"):
-        delete_states(spark, paths.bucket_state, plan.dropped + plan.rebuilt, tag=attempt.tag("state-drop", pins))
+        gone = plan.dropped + plan.rebuilt
+        read = table_version(spark, paths.bucket_state) if state_cache is not None and gone else None
+        delete_states(spark, paths.bucket_state, gone, tag=attempt.tag("state-drop", pins))
+        if state_cache is not None and read is not None:
+            state_cache.deleted(spark, removed=_listed("stateId", sorted(gone)), read_version=read)
+    elif state_cache is not None:
+        state_cache.invalidate()
     backfilled = [s for s in states if s.state_id in plan.backfilled]
     if backfilled and pins.m_before is not None and not attempt.done("state-backfill"):
         horizons = state_horizons(
@@ -76,9 +100,26 @@ def maintain_states(
             from_ms=from_ms,
             distinct_cap=engine.distinct_cap,
         )
-        append_tiles(tiles, paths.bucket_state, batch_id=batch_id, tag=attempt.tag("state-backfill", pins))
+        if state_cache is None:
+            append_tiles(tiles, paths.bucket_state, batch_id=batch_id, tag=attempt.tag("state-backfill", pins))
+        else:  # computed once, for the append and for the cache
+            written = materialize(with_batch_columns(tiles, batch_id))
+            try:
+                read = table_version(spark, paths.bucket_state)
+                append_tiles(written, paths.bucket_state, batch_id=None, tag=attempt.tag("state-backfill", pins))
+                state_cache.appended_rows(spark, written, read_version=read)
+            finally:
+                release(written)
+    elif backfilled and state_cache is not None:
+        state_cache.invalidate()
     if not attempt.done("cooldown-forget"):
+        read = table_version(spark, paths.alert_cooldown) if memory_cache is not None and forgotten else None
         forget_rules(spark, paths.alert_cooldown, forgotten, tag=attempt.tag("cooldown-forget", pins))
+        if memory_cache is not None and read is not None:
+            ids = sorted(int(r) for r in forgotten)
+            memory_cache.deleted(spark, removed=_listed("ruleId", ids), read_version=read)
+    elif memory_cache is not None:
+        memory_cache.invalidate()
     if (plan.windows or plan.dropped) and not attempt.done("registry"):
         now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
         entries = {

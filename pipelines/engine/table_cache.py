@@ -106,6 +106,30 @@ class TableCache:
         self.version = read_version + 1
         self._fold_when_long()
 
+    def appended_rows(self, spark: SparkSession, rows: DataFrame, *, read_version: int) -> None:
+        """Like ``appended``, for rows in the table's own format (laid out and folded here, as ``ensure`` would):
+        a write outside the batch's hot path (a backfill) that the cache takes instead of reloading the table."""
+        if self.version != read_version:
+            self.invalidate()
+            return
+        frame = materialize(self._fold(self._layout(rows)).select(*self._columns))
+        self.appended(spark, frame, read_version=read_version)
+
+    def deleted(self, spark: SparkSession, *, removed: Column, read_version: int) -> None:
+        """After a DELETE of the rows matching ``removed`` (a condition on the cached columns, never null): the cache
+        keeps the other rows, folded into one frame on the executors (no Delta read), if the DELETE committed the
+        version after ``read_version``; a DELETE that matched nothing commits nothing and leaves the cache as it is;
+        otherwise forget everything (the next ``ensure`` reloads). Folded now rather than kept as a filter: a filter
+        on every frame would change the generated code of every later batch's plans (compiled again)."""
+        version = table_version(spark, self.path)
+        if self.version == read_version == version:
+            return
+        if self.version != read_version or version != read_version + 1:
+            self.invalidate()
+            return
+        kept = self.frame().where(~removed)
+        self._replace([materialize(self._fold(kept).select(*self._columns))], version)
+
     def _fold_when_long(self) -> None:
         if len(self._frames) > MAX_FRAMES:
             self._replace([materialize(self._fold(self.frame()).select(*self._columns))], self.version)
