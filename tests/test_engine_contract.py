@@ -13,8 +13,9 @@ id per payment type over 25 hours, which saturates at the cap), of a long field 
 same id) and of a string field with nulls under a filter (r16, released in shadow); VALUE (r20, with a cooldown);
 relative limits with an AVG (r17: VALUE against the payer's 25-hour average, in shadow, then its baseline window
 narrowed to 61 minutes and widened back), a SUM per window (r18) and a COUNT baseline (r19, per window with
-minCount 0, then widened to a plain two-day count and narrowed back). Alerts of relative rules carry their
-baseline value, compared too.
+minCount 0, then widened to a plain two-day count and narrowed back; r21, a VALUE of a field with nulls against a
+COUNT baseline: only the payments with a value count). Alerts of relative rules carry their baseline value,
+compared too.
 """
 
 from __future__ import annotations
@@ -187,6 +188,17 @@ def _newer_rules() -> dict[str, Rule]:
             limit=190,
             cooldownMinutes=5,
         ),
+        # The beneficiary id against 5x the payer's earlier payments in 30 minutes that have one: a payment
+        # without a beneficiary does not count for this rule, so not in its baseline count either.
+        "r21": _relative(
+            21,
+            {"aggregatorFunctionType": "COUNT", "windowMinutes": 30, "minCount": 1},
+            aggregatorFunctionType="VALUE",
+            aggregateFieldName="beneficiaryId",
+            limitOperatorType="GREATER_EQUAL",
+            limit=5,
+            windowMinutes=1,
+        ),
     }
 
 
@@ -199,11 +211,11 @@ def _timeline() -> list[list[Rule]]:
     r = _rules()
     r12, r13 = shadow(r["r12"]), shadow(r["r13"])
     newer = [
-        [r["r14"], r["r15"], r["r16"], shadow(r["r17"]), r["r18"], r["r19"], r["r20"]],
-        [r["r14"], r["r15"], shadow(r["r16"]), r["r17"], r["r18"], r["r19"], r["r20"]],
-        [r["r14"], r["r15"], r["r16"], r["r17narrow"], r["r18"], r["r19wide"], paused(r["r20"])],
-        [r["r14"], r["r15narrow"], r["r16"], r["r17narrow"], r["r18"], r["r19wide"], r["r20"]],
-        [r["r14"], r["r15wide"], r["r16"], r["r17"], r["r18"], r["r19"], r["r20"]],
+        [r["r14"], r["r15"], r["r16"], shadow(r["r17"]), r["r18"], r["r19"], r["r20"], r["r21"]],
+        [r["r14"], r["r15"], shadow(r["r16"]), r["r17"], r["r18"], r["r19"], r["r20"], r["r21"]],
+        [r["r14"], r["r15"], r["r16"], r["r17narrow"], r["r18"], r["r19wide"], paused(r["r20"]), r["r21"]],
+        [r["r14"], r["r15narrow"], r["r16"], r["r17narrow"], r["r18"], r["r19wide"], r["r20"], r["r21"]],
+        [r["r14"], r["r15wide"], r["r16"], r["r17"], r["r18"], r["r19"], r["r20"], r["r21"]],
     ]
     classic = [
         [r["r1"], r["r2"], paused(r["r3"]), r["r4"], r["r5"], r["r6"], r["r7"], r["r8"], r12, r13],
@@ -330,4 +342,4 @@ def test_engine_alerts_equal_the_reference(spark: SparkSession, settings: Settin
     uncapped = evaluate(ref_batches, bucket_seconds=60, allowed_lateness_seconds=300)
     assert sum(1 for a in uncapped if a.rule_id == 14) < sum(1 for rule_id, _ in expected if rule_id == 14)
     # Relative rules (and only they) carry a baseline value.
-    assert {key[0] for key, facts in expected.items() if facts[3] is not None} == {17, 18, 19}
+    assert {key[0] for key, facts in expected.items() if facts[3] is not None} == {17, 18, 19, 21}

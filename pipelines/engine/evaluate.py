@@ -223,10 +223,13 @@ def aggregate_units(joined: DataFrame, units: DataType, *, distinct_cap: int | N
 def baseline_units(joined: DataFrame, units: DataType) -> DataFrame:
     """Add ``baselineCount`` (n) and ``baselineUnits`` (B in units) of the relative rules' rows: the baseline range
     (``b*``, prior and batch tiles over the baseline's reach) plus the running part, **the row itself taken out**
-    (its value and its count): the history before the evaluated transaction. Null for rules without a baseline."""
-    count = F.coalesce(F.col("bCount"), F.lit(0)) + F.col("cCount") - F.lit(1)
+    (its value and its count): the history before the evaluated transaction. Null for rules without a baseline.
+    ``n`` counts the transactions that count for the rule: all of them for a rule that counts transactions, else
+    those with a value of its field (the state's rows without one count for its COUNT rules only)."""
     own_value = F.col("value").isNotNull().cast("long")
     value_count = F.coalesce(F.col("bValueCount"), F.lit(0)) + F.col("cValueCount") - own_value
+    all_rows = F.coalesce(F.col("bCount"), F.lit(0)) + F.col("cCount") - F.lit(1)
+    count = F.when(F.col("countsTransactions"), all_rows).otherwise(value_count)
     total = F.coalesce(_plus(F.col("bSum"), F.col("cSum")), F.lit(0).cast(units)) - F.coalesce(
         F.col("value"), F.lit(0).cast(units)
     )
