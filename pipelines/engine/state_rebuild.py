@@ -25,9 +25,9 @@ from collections.abc import Collection, Sequence
 from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 
-from delta_tables.alert_cooldown import forget_rules
+from delta_tables.alert_cooldown import compact_memory, fold_memory, forget_rules
 from delta_tables.bucket_state import append_tiles, delete_states, with_batch_columns
-from delta_tables.idempotent import table_version
+from delta_tables.idempotent import CommitTag, table_version
 from delta_tables.local_rows import local_frame
 from delta_tables.rule_states import RULE_STATES_SCHEMA, replace_registry
 from pipelines.base.settings import Settings
@@ -46,6 +46,28 @@ def _listed(column: str, values: Sequence[object]) -> Column:
     """``column`` is one of ``values``: one array literal, so the generated code is the same whatever the values
     (an ``isin`` compiles a comparison per value: new code, compiled again, for every other list)."""
     return F.array_contains(F.lit(list(values)), F.col(column))
+
+
+def _forget(
+    spark: SparkSession, path: str, cache: TableCache | None, rule_ids: Collection[int], *, tag: CommitTag
+) -> None:
+    """The cooldown memory without these rule ids' rows. With the engine's cache at the table's version: the cache's
+    rows folded without them, written over the table in one commit (``compact_memory``, as retention does; about half
+    the cost of a DELETE, which scans the table's files for the rows and writes deletion vectors), and the cache then
+    holds what was written. Otherwise a DELETE, and the cache forgets what it holds."""
+    if not rule_ids:
+        return
+    read = table_version(spark, path)
+    if cache is None or cache.version != read:
+        forget_rules(spark, path, rule_ids, tag=tag)
+        if cache is not None:
+            cache.invalidate()
+        return
+    ids = sorted(int(r) for r in rule_ids)
+    kept = fold_memory(cache.frame()).where(~_listed("ruleId", ids))
+    kept = materialize(kept.withColumn("updatedAt", F.current_timestamp()))
+    compact_memory(kept, path, tag=tag)
+    cache.reset(spark, kept, written_version=read + 1)
 
 
 def forgotten_rule_ids(previous_live: Collection[int] | None, states: Sequence[StateSpec]) -> set[int]:
@@ -113,11 +135,7 @@ def maintain_states(
     elif backfilled and state_cache is not None:
         state_cache.invalidate()
     if not attempt.done("cooldown-forget"):
-        read = table_version(spark, paths.alert_cooldown) if memory_cache is not None and forgotten else None
-        forget_rules(spark, paths.alert_cooldown, forgotten, tag=attempt.tag("cooldown-forget", pins))
-        if memory_cache is not None and read is not None:
-            ids = sorted(int(r) for r in forgotten)
-            memory_cache.deleted(spark, removed=_listed("ruleId", ids), read_version=read)
+        _forget(spark, paths.alert_cooldown, memory_cache, forgotten, tag=attempt.tag("cooldown-forget", pins))
     elif memory_cache is not None:
         memory_cache.invalidate()
     if (plan.windows or plan.dropped) and not attempt.done("registry"):
