@@ -7,9 +7,10 @@ memory of rule ids that left the rules in force, and records the new registry. E
 batch (``delta_tables.idempotent``) and skipped when an earlier attempt of the batch committed it; the plan is
 computed from the pinned rules, registry and bronze versions, so a replay redoes exactly the missing writes.
 
-The engine's caches of the bucket state and the cooldown memory follow these writes (a filter for each DELETE, the
-backfilled tiles taken as an appended frame) instead of reloading both tables from Delta after a rule change: a
-reload is a snapshot reconstruction and a scan and fold of the whole table, which grows with the state.
+The engine's caches of the bucket state and the cooldown memory follow these writes (dropped states' rows filtered
+out of the cache and the rest folded; the backfilled tiles taken as an appended frame; a forgotten rule's memory
+removed by writing the cache's folded rows without it over the table) instead of reloading both tables from Delta
+after a rule change: a reload is a snapshot reconstruction and a scan and fold of the whole table.
 
 Example::
 
