@@ -1,9 +1,9 @@
 """Alert cooldown memory: per (rule, key) the latest event time of an *emitted* alert.
 
 A rule with ``cooldownMinutes = C`` suppresses an alert for a transaction at ``t`` when its pair has an earlier
-emitted alert at ``t_a`` with ``t < t_a + C``. Rows live while the rule id is live; the engine deletes a rule's
-rows when its id leaves the rules in force, and drops rows older than any possible cooldown when it compacts the
-table on the retention cadence.
+emitted alert at ``t_a`` with ``t < t_a + C``. Rows live while the rule id is live: when its id leaves the rules
+in force, and on the retention cadence to drop rows older than any possible cooldown, the engine writes the table
+over from its cache without those rows (``compact_memory``; ``pipelines.engine.retention.rewrite_memory``).
 
 Example::
 
@@ -12,14 +12,11 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Collection
-
-from delta.tables import DeltaTable
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
-from delta_tables.idempotent import CommitTag, append_tagged, overwrite_tagged, tagged_dml
+from delta_tables.idempotent import CommitTag, append_tagged, overwrite_tagged
 from delta_tables.table_spec import TableSpec, checkpoint_every
 
 ALERT_COOLDOWN_SCHEMA = StructType(
@@ -67,11 +64,3 @@ def fold_memory(rows: DataFrame) -> DataFrame:
 def compact_memory(folded: DataFrame, path: str, *, tag: CommitTag | None) -> None:
     """Replace the table with ``folded`` (ALERT_COOLDOWN_SCHEMA columns, one row per pair) in one commit."""
     overwrite_tagged(folded.select(*[f.name for f in ALERT_COOLDOWN_SCHEMA.fields]), path, tag)
-
-
-def forget_rules(spark: SparkSession, path: str, rule_ids: Collection[int], *, tag: CommitTag | None) -> None:
-    """Delete the memory of these rule ids (their ids left the rules in force)."""
-    if not rule_ids:
-        return
-    with tagged_dml(spark, tag):
-        DeltaTable.forPath(spark, path).delete(f"ruleId IN ({', '.join(str(int(r)) for r in sorted(rule_ids))})")

@@ -29,11 +29,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 
 from delta_tables.alert_cooldown import compact_memory, fold_memory
 from delta_tables.bucket_state import compact_tiles, fold_tiles, trim_condition
-from delta_tables.idempotent import table_version
+from delta_tables.idempotent import CommitTag, table_version
 from delta_tables.table_maintenance import compact_small_files
 from pipelines.engine.batch_run import BatchRun
 from pipelines.engine.evaluate import reach_buckets
@@ -154,10 +155,17 @@ def compact_state_tiles(run: BatchRun, cache: TableCache, horizons: dict[str, in
 
 def compact_cooldown_memory(run: BatchRun, cache: TableCache, horizon_ms: int) -> None:
     """The cooldown memory folded (one row per rule and key), without rows older than ``horizon_ms``."""
-    spark, path = run.spark, run.paths.alert_cooldown
+    recent = F.col("lastAlertTimeMs") >= F.lit(horizon_ms)
+    rewrite_memory(run.spark, run.paths.alert_cooldown, cache, keep=recent, tag=run.tag("cooldown-compact"))
+
+
+def rewrite_memory(spark: SparkSession, path: str, cache: TableCache, *, keep: Column, tag: CommitTag) -> None:
+    """The cooldown memory rewritten from the engine's cache (loaded at the table's newest version unless it holds
+    it): folded, one row per rule and key, only the rows matching ``keep``, over the table in one commit; the cache
+    then holds what was written. Retention drops old rows with it, state maintenance a forgotten rule's (a DELETE
+    would scan the table's files, write deletion vectors and reconstruct the snapshot: about twice the cost)."""
     read = table_version(spark, path)
     cache.ensure(spark, read)
-    recent = fold_memory(cache.frame()).where(F.col("lastAlertTimeMs") >= F.lit(horizon_ms))
-    recent = materialize(recent.withColumn("updatedAt", F.current_timestamp()))
-    compact_memory(recent, path, tag=run.tag("cooldown-compact"))
-    cache.reset(spark, recent, written_version=read + 1)
+    kept = materialize(fold_memory(cache.frame()).where(keep).withColumn("updatedAt", F.current_timestamp()))
+    compact_memory(kept, path, tag=tag)
+    cache.reset(spark, kept, written_version=read + 1)

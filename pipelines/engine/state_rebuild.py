@@ -9,7 +9,8 @@ computed from the pinned rules, registry and bronze versions, so a replay redoes
 
 The engine's caches of the bucket state and the cooldown memory follow these writes (dropped states' rows filtered
 out of the cache and the rest folded; the backfilled tiles taken as an appended frame; a forgotten rule's memory
-removed by writing the cache's folded rows without it over the table) instead of reloading both tables from Delta
+removed by writing the cache's folded rows without it over the table, ``retention.rewrite_memory``) instead of
+reloading both tables from Delta
 after a rule change: a reload is a snapshot reconstruction and a scan and fold of the whole table.
 
 Example::
@@ -26,15 +27,14 @@ from collections.abc import Collection, Sequence
 from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 
-from delta_tables.alert_cooldown import compact_memory, fold_memory, forget_rules
 from delta_tables.bucket_state import append_tiles, delete_states, with_batch_columns
-from delta_tables.idempotent import CommitTag, table_version
+from delta_tables.idempotent import table_version
 from delta_tables.local_rows import local_frame
 from delta_tables.rule_states import RULE_STATES_SCHEMA, replace_registry
 from pipelines.base.settings import Settings
 from pipelines.engine.backfill import backfill_tiles
 from pipelines.engine.recovery import Attempt, EnginePaths, Pins
-from pipelines.engine.retention import state_horizons
+from pipelines.engine.retention import rewrite_memory, state_horizons
 from pipelines.engine.states import RegistryEntry, RulesCache, StatePlan, StateSpec, plan_states
 from pipelines.engine.table_cache import TableCache, materialize, release
 
@@ -47,28 +47,6 @@ def _listed(column: str, values: Sequence[object]) -> Column:
     """``column`` is one of ``values``: one array literal, so the generated code is the same whatever the values
     (an ``isin`` compiles a comparison per value: new code, compiled again, for every other list)."""
     return F.array_contains(F.lit(list(values)), F.col(column))
-
-
-def _forget(
-    spark: SparkSession, path: str, cache: TableCache | None, rule_ids: Collection[int], *, tag: CommitTag
-) -> None:
-    """The cooldown memory without these rule ids' rows. With the engine's cache at the table's version: the cache's
-    rows folded without them, written over the table in one commit (``compact_memory``, as retention does; about half
-    the cost of a DELETE, which scans the table's files for the rows and writes deletion vectors), and the cache then
-    holds what was written. Otherwise a DELETE, and the cache forgets what it holds."""
-    if not rule_ids:
-        return
-    read = table_version(spark, path)
-    if cache is None or cache.version != read:
-        forget_rules(spark, path, rule_ids, tag=tag)
-        if cache is not None:
-            cache.invalidate()
-        return
-    ids = sorted(int(r) for r in rule_ids)
-    kept = fold_memory(cache.frame()).where(~_listed("ruleId", ids))
-    kept = materialize(kept.withColumn("updatedAt", F.current_timestamp()))
-    compact_memory(kept, path, tag=tag)
-    cache.reset(spark, kept, written_version=read + 1)
 
 
 def forgotten_rule_ids(previous_live: Collection[int] | None, states: Sequence[StateSpec]) -> set[int]:
@@ -90,21 +68,21 @@ def maintain_states(
     states: Sequence[StateSpec],
     *,
     forgotten: Collection[int],
-    caches: StateCaches | None = None,
+    caches: StateCaches,
 ) -> None:
     """Apply the batch's state changes; each write is skipped when an earlier attempt committed it. ``caches`` (the
     engine's bucket-state and cooldown-memory caches) follow the writes, or forget what they hold."""
     paths, engine, batch_id = EnginePaths.of(settings), settings.engine, attempt.batch_id
     registry = cache.registry(spark, pins.registry)
     plan = plan_states(states, registry)
-    state_cache, memory_cache = caches if caches is not None else (None, None)
+    state_cache, memory_cache = caches
+    gone = plan.dropped + plan.rebuilt
     if not attempt.done("state-drop"):
-        gone = plan.dropped + plan.rebuilt
-        read = table_version(spark, paths.bucket_state) if state_cache is not None and gone else None
-        delete_states(spark, paths.bucket_state, gone, tag=attempt.tag("state-drop", pins))
-        if state_cache is not None and read is not None:
+        if gone:
+            read = table_version(spark, paths.bucket_state)
+            delete_states(spark, paths.bucket_state, gone, tag=attempt.tag("state-drop", pins))
             state_cache.deleted(spark, removed=_listed("stateId", sorted(gone)), read_version=read)
-    elif state_cache is not None:
+    else:
         state_cache.invalidate()
     backfilled = [s for s in states if s.state_id in plan.backfilled]
     if backfilled and pins.m_before is not None and not attempt.done("state-backfill"):
@@ -123,21 +101,21 @@ def maintain_states(
             from_ms=from_ms,
             distinct_cap=engine.distinct_cap,
         )
-        if state_cache is None:
-            append_tiles(tiles, paths.bucket_state, batch_id=batch_id, tag=attempt.tag("state-backfill", pins))
-        else:  # computed once, for the append and for the cache
-            written = materialize(with_batch_columns(tiles, batch_id))
-            try:
-                read = table_version(spark, paths.bucket_state)
-                append_tiles(written, paths.bucket_state, batch_id=None, tag=attempt.tag("state-backfill", pins))
-                state_cache.appended_rows(spark, written, read_version=read)
-            finally:
-                release(written)
-    elif backfilled and state_cache is not None:
+        written = materialize(with_batch_columns(tiles, batch_id))  # computed once, for the append and the cache
+        try:
+            read = table_version(spark, paths.bucket_state)
+            append_tiles(written, paths.bucket_state, batch_id=None, tag=attempt.tag("state-backfill", pins))
+            state_cache.appended_rows(spark, written, read_version=read)
+        finally:
+            release(written)
+    elif backfilled:
         state_cache.invalidate()
     if not attempt.done("cooldown-forget"):
-        _forget(spark, paths.alert_cooldown, memory_cache, forgotten, tag=attempt.tag("cooldown-forget", pins))
-    elif memory_cache is not None:
+        if forgotten:
+            forgotten_rows = _listed("ruleId", sorted(int(r) for r in forgotten))
+            tag = attempt.tag("cooldown-forget", pins)
+            rewrite_memory(spark, paths.alert_cooldown, memory_cache, keep=~forgotten_rows, tag=tag)
+    else:
         memory_cache.invalidate()
     if (plan.windows or plan.dropped) and not attempt.done("registry"):
         now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
