@@ -7,15 +7,18 @@ its alerts table must equal ``reference_evaluator.evaluate`` exactly (rule, tran
 shadow flag: SHADOW rules are created, promoted and demoted too; the baseline value of relative rules), and its
 batch counts must agree with what was fed (live and shadow alerts counted apart).
 
-``make test`` runs FRAUDLAKE_CONTRACT_EXAMPLES seeds (default 2: the short form, CI's budget) from a fixed base, so
-CI is reproducible;
-``make contract-long`` runs many more from a random base (printed, so a failure can be replayed); a failing seed
-alone: ``FRAUDLAKE_CONTRACT_SEEDS=<seed> pytest tests/test_engine_contract_random.py``.
+``make test`` runs two seeds (the short form, CI's budget): the fixed ``BASE_SEED`` and the day's seed, the UTC
+date as ``YYYYMMDD`` (``today_seed``; ``FRAUDLAKE_CONTRACT_DAY`` replays another day's), so that CI tries a new
+scenario every day at no extra cost (two fixed seeds missed a real bug that seed 20261125 showed); both are in the
+test ids, so a failure names its seed. ``FRAUDLAKE_CONTRACT_EXAMPLES`` seeds from ``FRAUDLAKE_CONTRACT_BASE_SEED``
+replace them; ``make contract-long`` runs many more from a random base (printed, so a failure can be replayed); a
+failing seed alone: ``FRAUDLAKE_CONTRACT_SEEDS=<seed> pytest tests/test_engine_contract_random.py``.
 """
 
 from __future__ import annotations
 
 import os
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -38,13 +41,23 @@ from pipelines.engine.batch_handler import BatchHandler
 BASE_SEED = 20261123
 
 
+def today_seed() -> int:
+    """The day's seed: ``FRAUDLAKE_CONTRACT_DAY`` (``YYYYMMDD``; conftest pins it to the UTC date once per run, so
+    every pytest-xdist worker collects the same seed across midnight), never ``BASE_SEED`` itself."""
+    seed = int(os.environ.get("FRAUDLAKE_CONTRACT_DAY") or datetime.now(UTC).strftime("%Y%m%d"))
+    return seed if seed != BASE_SEED else seed + 1
+
+
 def _seeds() -> list[int]:
     explicit = os.environ.get("FRAUDLAKE_CONTRACT_SEEDS")
     if explicit:
         return [int(s) for s in explicit.replace(",", " ").split()]
-    count = int(os.environ.get("FRAUDLAKE_CONTRACT_EXAMPLES", "2"))
-    base = int(os.environ.get("FRAUDLAKE_CONTRACT_BASE_SEED", str(BASE_SEED)))
-    return [base + i for i in range(count)]
+    count = os.environ.get("FRAUDLAKE_CONTRACT_EXAMPLES")
+    base = os.environ.get("FRAUDLAKE_CONTRACT_BASE_SEED")
+    if count is None and base is None:
+        return [BASE_SEED, today_seed()]
+    first = int(base) if base is not None else BASE_SEED
+    return [first + i for i in range(int(count or "2"))]
 
 
 @pytest.mark.parametrize("seed", _seeds())
