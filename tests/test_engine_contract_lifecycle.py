@@ -260,3 +260,36 @@ def test_the_engine_caches_follow_each_rule_change_instead_of_reloading(outcome:
     # of those writes (state_rebuild: TableCache.deleted, appended_rows) and were read from Delta only once, in the
     # first batch; the alerts above equal the reference's with them.
     assert outcome.reloads == {0: ["alert_cooldown", "bucket_state"], 1: [], 2: [], 3: []}, outcome.reloads
+
+
+def test_a_distinct_count_released_after_a_batch_without_one_counts_the_backfilled_values(
+    spark: SparkSession, base_settings: Settings, tmp_path: Path
+) -> None:
+    # Batch 0 has no COUNT_DISTINCT rule, so the engine's state cache folds without distinct values; batch 1
+    # releases one, whose state is backfilled from bronze during the batch's maintenance and taken by that cache.
+    # The fold must keep the backfilled distinct values (it dropped them: random contract seed 918283).
+    settings = base_settings.with_lakehouse(str(tmp_path / "lakehouse"))
+    fresh_lakehouse(spark, settings)
+    handler = BatchHandler(settings, app_id="engine-distinct-release", report=lambda _line: None)
+    plain = make_rule(1, limit=10_000, windowMinutes=60)
+    beneficiaries = make_rule(
+        2,
+        aggregatorFunctionType="COUNT_DISTINCT",
+        aggregateFieldName="beneficiaryId",
+        limitOperatorType="GREATER_EQUAL",
+        limit=2,
+        windowMinutes=60,
+    )
+    timeline = [[plain], [plain, beneficiaries]]
+    batches = [
+        [{**_tx("e0", 0, 1), "beneficiaryId": 10}, {**_tx("e1", MIN, 2), "beneficiaryId": 11}],
+        [{**_tx("f0", 5 * MIN, 1), "beneficiaryId": 12}, {**_tx("f1", 6 * MIN, 2), "beneficiaryId": 11}],
+    ]
+    for batch_id, (live, records) in enumerate(zip(timeline, batches, strict=True)):
+        put_rules(spark, settings, live, tick=batch_id)
+        handler.process(raw_frame(spark, records, name=f"d{batch_id}"), batch_id)
+    expected = reference_alerts(evaluate([RefBatch(r, b) for r, b in zip(timeline, batches, strict=True)]))
+    # The reference says what the scenario intends: payer 1 paid beneficiaries 10 (batch 0) and 12; payer 2 only 11.
+    assert {key for key in expected if key[0] == 2} == {(2, "f0")}
+    differences = alert_differences(expected, engine_alerts(spark, settings), shown=20)
+    assert not differences, differences

@@ -171,7 +171,6 @@ class BatchHandler:
             if stats.rows == 0 and not attempt.committed:
                 return {}
             pins, states = self._pin(spark, attempt, previous, m_before)
-            self._distinct = any(s.distinct for s in states)
             crash_point("pinned", batch_id)  # not a write: a hook for tests (reads pinned, nothing evaluated)
             steps.done("plan")
             run = BatchRun(
@@ -227,6 +226,9 @@ class BatchHandler:
             m_before=m_before,
         )
         states = states_of(self._rules.rules(spark, pins.rules))
+        # Before any state maintenance: the caches fold what maintenance writes (a backfill) with it, and a fold
+        # without distinct values would drop a new COUNT_DISTINCT state's backfilled ones.
+        self._distinct = any(s.distinct for s in states)
         if pins.ready:
             return pins, states
         previous_rules = previous["rulesVersion"] if previous else None
