@@ -71,19 +71,17 @@ def maintain_states(
     caches: StateCaches,
 ) -> None:
     """Apply the batch's state changes; each write is skipped when an earlier attempt committed it. ``caches`` (the
-    engine's bucket-state and cooldown-memory caches) follow the writes, or forget what they hold."""
+    engine's bucket-state and cooldown-memory caches) follow the writes this call makes; a write it skips leaves
+    them behind the table's version, which their next ``ensure`` reloads (a cache is trusted only at its version)."""
     paths, engine, batch_id = EnginePaths.of(settings), settings.engine, attempt.batch_id
     registry = cache.registry(spark, pins.registry)
     plan = plan_states(states, registry)
     state_cache, memory_cache = caches
     gone = plan.dropped + plan.rebuilt
-    if not attempt.done("state-drop"):
-        if gone:
-            read = table_version(spark, paths.bucket_state)
-            delete_states(spark, paths.bucket_state, gone, tag=attempt.tag("state-drop", pins))
-            state_cache.deleted(spark, removed=_listed("stateId", sorted(gone)), read_version=read)
-    else:
-        state_cache.invalidate()
+    if gone and not attempt.done("state-drop"):
+        read = table_version(spark, paths.bucket_state)
+        delete_states(spark, paths.bucket_state, gone, tag=attempt.tag("state-drop", pins))
+        state_cache.deleted(spark, removed=_listed("stateId", sorted(gone)), read_version=read)
     backfilled = [s for s in states if s.state_id in plan.backfilled]
     if backfilled and pins.m_before is not None and not attempt.done("state-backfill"):
         horizons = state_horizons(
@@ -108,15 +106,10 @@ def maintain_states(
             state_cache.appended_rows(spark, written, read_version=read)
         finally:
             release(written)
-    elif backfilled:
-        state_cache.invalidate()
-    if not attempt.done("cooldown-forget"):
-        if forgotten:
-            forgotten_rows = _listed("ruleId", sorted(int(r) for r in forgotten))
-            tag = attempt.tag("cooldown-forget", pins)
-            rewrite_memory(spark, paths.alert_cooldown, memory_cache, keep=~forgotten_rows, tag=tag)
-    else:
-        memory_cache.invalidate()
+    if forgotten and not attempt.done("cooldown-forget"):
+        forgotten_rows = _listed("ruleId", sorted(int(r) for r in forgotten))
+        tag = attempt.tag("cooldown-forget", pins)
+        rewrite_memory(spark, paths.alert_cooldown, memory_cache, keep=~forgotten_rows, tag=tag)
     if (plan.windows or plan.dropped) and not attempt.done("registry"):
         now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
         entries = {
