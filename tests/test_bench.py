@@ -20,7 +20,7 @@ from pipelines.bench.live_latency import LiveResult
 from pipelines.bench.per_event import PerEventHandler
 from pipelines.bench.report import Chart, Report, Table, write_report
 from pipelines.bench.scenarios import KIND_SETS, Plan, Results, merge, run_all
-from pipelines.bench.sliding_window import SlidingWindowResult
+from pipelines.bench.sliding_window import SlidingWindowResult, run_sliding_window
 from pipelines.bench.state_size import StateSize, engine_state_mismatches, steady_state_sizes
 from pipelines.bench.summary import BENCHMARKS_DOC, PROFILE_SECTION, build_report, profile_notes
 from pipelines.bench.workload import Workload, alerting_rule_set, mixed_rule_set, rule_set, transactions
@@ -96,6 +96,39 @@ def _backlog(tps: float, evaluate_ms: float, state_rows: int) -> BacklogResult:
     )
 
 
+def test_sliding_windows_close_once_the_watermark_passes_them_and_count_alerts_among_them(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The sliding-window baseline on 10 minutes of two payers (one file per 2 minutes): a 1-hour window sliding by
+    1 minute comes out only when the watermark (max event time - 5 min) passes its end, so only the windows ending
+    at minutes 1-4 close, each at least 6 minutes of event time after its last transaction; the alert windows are
+    those of the payer whose minute-0 payment puts every window over the limit."""
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    start = 1_700_006_400_000  # a minute start
+    for part in range(5):
+        lines = []
+        for minute in (2 * part, 2 * part + 1):
+            for payer in (1, 2):
+                amount = "500.00" if (minute, payer) == (0, 1) else "10.00"
+                at = start + minute * MINUTE
+                lines.append(
+                    f'{{"transactionId":"t{minute}-{payer}","eventTime":{at},"payerId":{payer},'
+                    f'"paymentAmount":{amount}}}'
+                )
+        (landing / f"b{part:06d}.jsonl").write_text("\n".join(lines) + "\n")
+    result = run_sliding_window(
+        spark, landing, window_minutes=60, limit=Decimal(400), lateness_seconds=300, checkpoint=str(tmp_path / "ckpt")
+    )
+    assert result.rows == 20
+    # windows ending at minutes 1-2 come out in the last data batch, 3-4 in the no-data batch Spark runs after it
+    # (the watermark moved): 4 per payer, 9, 8, 7 and 6 minutes after their last transaction (stream max: minute 9)
+    assert result.closed_windows == 8, result
+    assert result.alert_windows == 4 and result.alerted_keys == 1, result
+    assert (result.delay_p50_seconds, result.delay_p95_seconds) == (450, 540), result
+    assert result.state_rows > 0
+
+
 def test_report_has_a_table_per_scenario_the_targets_and_charts(tmp_path: Path) -> None:
     plan = Plan.quick()
     results = Results(plan=plan, machine={"cpus": "2", "load": "1.0 / 1.0 / 1.0", "uptime": "up"})
@@ -117,7 +150,7 @@ def test_report_has_a_table_per_scenario_the_targets_and_charts(tmp_path: Path) 
             "perEventAlerts": 12,
             "alertsMismatched": 0,
             "stateMismatched": 0,
-            "sliding": SlidingWindowResult(3, 2, 360.0, 420.0, 12_000, 3_000_000, 20.0, 8000),
+            "sliding": SlidingWindowResult(3, 2, 360.0, 420.0, 12_000, 3_000_000, 20.0, 8000, closed_windows=40),
         }
     ]
     results.state_sizes = [StateSize(100, 10, 60, 60_000, 6_300, 100_000, 60_000, 800_000, 60_000, 2_000_000)]

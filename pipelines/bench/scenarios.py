@@ -65,7 +65,7 @@ from pipelines.engine.sources import read_files
 from pipelines.engine.states import LiveRule, states_of
 from pipelines.local.kafka_broker import KafkaBroker
 from pipelines.local.ports import free_port
-from rules_cdc.rule_model import Rule
+from rules_cdc.rule_model import Aggregator, Rule
 
 DAY_MINUTES = 1440
 
@@ -87,7 +87,9 @@ class Plan:
     history_keys: int = 1_000
     history_every_minutes: int = 30
     baseline_keys: int = 1_000
-    baseline_minutes: int = 6
+    # >= lateness + 2 minutes of event time, or Spark's sliding windows close none (append mode: a window comes out
+    # once the watermark, max event time - 5 min, passes its end): 10 minutes close 4 windows per key.
+    baseline_minutes: int = 10
     baseline_rates: tuple[int, ...] = (10, 20)  # tx per key per minute
     state_keys: int = 100
     state_rates: tuple[int, ...] = (10, 20)  # tx per key per minute, a full window of them
@@ -116,7 +118,7 @@ class Plan:
             history_keys=200,
             history_every_minutes=60,
             baseline_keys=200,
-            baseline_minutes=3,
+            baseline_minutes=10,
             baseline_rates=(10,),
             state_keys=50,
             latency_rate=2_000.0,
@@ -380,7 +382,9 @@ class Runner:
             landing = folder / "landing"
             workload = Workload(count=count, keys=keys, rate_per_second=rate, aligned=True)
             write_batches(transactions(workload), landing, batch_size=batch_rows)
-            rule_list = rule_set(4, window_minutes=60, states=1)  # SUM, COUNT, AVG, MAX over one state
+            # SUM, COUNT, AVG, MAX over one state, limits met by about the plan's alert share of the transactions
+            rule_list = alerting_rule_set(4, workload, window_minutes=60, states=1, alert_share=plan.alert_share)
+            sum_limit = next(r.limit for r in rule_list if r.aggregator_function_type == Aggregator.SUM)
             settings = lakehouse_for(self.base, str(folder / "lakehouse"), rule_list, spark=self.spark)
             ours = run_backlog(self.spark, settings, landing)
             per_event = PerEventHandler(settings, rule_list, root=str(folder / "per-event"))
@@ -407,7 +411,7 @@ class Runner:
                 self.spark,
                 landing,
                 window_minutes=60,
-                limit=Decimal(20_000),
+                limit=sum_limit,
                 lateness_seconds=self.base.engine.allowed_lateness_seconds,
                 checkpoint=str(folder / "sliding-ckpt"),
             )

@@ -3,9 +3,11 @@
 One SUM rule per payer (``sum(paymentAmount) > limit`` over ``W``) as a stateful streaming aggregation over the
 same landing files the engine reads. Append mode emits a window once the watermark (max event time - lateness)
 passes its end, so an alert comes at least ``slide + lateness`` of event time after the transaction that
-triggered it, and every key holds ``W / slide`` open windows in the state store. What it reports: alert
-windows, their *event-time delay* (the stream's max event time when the alert was emitted - the window's last
-transaction), the state store's rows and bytes (``stateOperators`` of the query progress), and the wall time.
+triggered it, and every key holds ``W / slide`` open windows in the state store. What it reports: the windows
+that closed and, of them, the alert windows (sum over the limit); the *event-time delay* of each closed window's
+output (the stream's max event time when it came out - the window's last transaction: what an alert on it
+waits, whether or not this input's sums reach the limit); the state store's rows and bytes (``stateOperators`` of
+the query progress), and the wall time.
 
 Example::
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -34,24 +37,22 @@ TRANSACTION_DDL = "transactionId string, eventTime long, payerId long, paymentAm
 class SlidingWindowResult:
     alert_windows: int
     alerted_keys: int
-    delay_p50_seconds: float
+    delay_p50_seconds: float  # over every closed window's output (an alert's delay is the same)
     delay_p95_seconds: float
     state_rows: int
     state_bytes: int
     wall_seconds: float
     rows: int
+    closed_windows: int = 0
 
 
-def sliding_alerts(
-    raw: DataFrame, *, window_minutes: int, slide_minutes: int, limit: Decimal, lateness_s: int
-) -> DataFrame:
-    """Closed windows whose sum exceeds ``limit``: payerId, window, total, lastEventMs (append mode)."""
+def sliding_windows(raw: DataFrame, *, window_minutes: int, slide_minutes: int, lateness_s: int) -> DataFrame:
+    """Closed windows (append mode): payerId, window, total, lastEventMs; an alert where ``total`` > the limit."""
     parsed = raw.select(F.from_json("raw", TRANSACTION_DDL).alias("t")).select("t.*")
     timed = parsed.withColumn("ts", F.timestamp_millis("eventTime")).withWatermark("ts", f"{lateness_s} seconds")
-    grouped = timed.groupBy(F.window("ts", f"{window_minutes} minutes", f"{slide_minutes} minutes"), "payerId").agg(
+    return timed.groupBy(F.window("ts", f"{window_minutes} minutes", f"{slide_minutes} minutes"), "payerId").agg(
         F.sum("paymentAmount").alias("total"), F.max("eventTime").alias("lastEventMs")
     )
-    return grouped.where(F.col("total") > F.lit(limit))
 
 
 def run_sliding_window(
@@ -66,19 +67,20 @@ def run_sliding_window(
     files_per_batch: int = 1,
 ) -> SlidingWindowResult:
     """Run the sliding-window query over every file of ``landing`` (availableNow) and measure it."""
-    emitted: list[tuple[int, int, int]] = []  # (batchId, payerId, lastEventMs): alert windows, a few per key
+    emitted: list[tuple[int, int, int, bool]] = []  # (batchId, payerId, lastEventMs, alert): closed windows
 
     def collect(batch: DataFrame, batch_id: int) -> None:
-        rows = batch.select("payerId", "lastEventMs").collect()  # alerts only: small
-        emitted.extend((batch_id, r["payerId"], r["lastEventMs"]) for r in rows)
+        over = (F.col("total") > F.lit(limit)).alias("alert")
+        rows = batch.select("payerId", "lastEventMs", over).collect()  # a few windows per key
+        emitted.extend((batch_id, r["payerId"], r["lastEventMs"], r["alert"]) for r in rows)
 
     raw = read_files(spark, str(landing), max_files_per_trigger=files_per_batch)
-    alerts = sliding_alerts(
-        raw, window_minutes=window_minutes, slide_minutes=slide_minutes, limit=limit, lateness_s=lateness_seconds
+    windows = sliding_windows(
+        raw, window_minutes=window_minutes, slide_minutes=slide_minutes, lateness_s=lateness_seconds
     )
     started = time.monotonic()
     query = (
-        alerts.writeStream.outputMode("append")
+        windows.writeStream.outputMode("append")
         .foreachBatch(collect)
         .option("checkpointLocation", checkpoint)
         .trigger(availableNow=True)
@@ -87,30 +89,36 @@ def run_sliding_window(
     query.awaitTermination()
     wall = time.monotonic() - started
     progress: list[dict[str, Any]] = list(query.recentProgress)
-    max_event_ms = {p["batchId"]: _max_event_ms(p) for p in progress}
-    delays = [(now - last) / 1000 for b, _, last in emitted if (now := max_event_ms.get(b)) is not None]
+    max_event_ms: dict[int, int] = {}  # per batch, the stream's max event time so far
+    stream_max: int | None = None
+    for p in sorted(progress, key=lambda p: int(p["batchId"])):
+        batch_max = _max_event_ms(p)
+        if batch_max is not None and (stream_max is None or batch_max > stream_max):
+            stream_max = batch_max
+        if stream_max is not None:
+            max_event_ms[int(p["batchId"])] = stream_max
+    delays = [(now - last) / 1000 for b, _, last, _ in emitted if (now := max_event_ms.get(b)) is not None]
     operators = [op for p in progress for op in p.get("stateOperators", [])]
+    alerts = [key for _, key, _, alert in emitted if alert]
     return SlidingWindowResult(
-        alert_windows=len(emitted),
-        alerted_keys=len({key for _, key, _ in emitted}),
+        alert_windows=len(alerts),
+        alerted_keys=len(set(alerts)),
         delay_p50_seconds=statistics.median(delays) if delays else float("nan"),
         delay_p95_seconds=_quantile(delays, 0.95),
         state_rows=max((int(op.get("numRowsTotal", 0)) for op in operators), default=0),
         state_bytes=max((int(op.get("memoryUsedBytes", 0)) for op in operators), default=0),
         wall_seconds=wall,
         rows=sum(int(p.get("numInputRows", 0)) for p in progress),
+        closed_windows=len(emitted),
     )
 
 
 def _max_event_ms(progress: dict[str, Any]) -> int | None:
-    """The stream's max event time at this batch: its watermark + the lateness bound is not exact, so use
-    ``eventTime.max`` when the batch read rows, else the watermark's (a no-data batch)."""
-    event_time = progress.get("eventTime") or {}
-    value = event_time.get("max") or event_time.get("watermark")
+    """The max event time a batch read (``eventTime.max``; none in a no-data batch): the stream's max event time at
+    a batch is the largest of these so far."""
+    value = (progress.get("eventTime") or {}).get("max")
     if not value:
         return None
-    from datetime import datetime
-
     return int(datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() * 1000)
 
 

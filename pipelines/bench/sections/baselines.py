@@ -12,10 +12,13 @@ def add_baselines(report: Report, results: Results) -> None:
     section = report.section("Against the baselines: per-event state and Spark sliding windows")
     section.text.append(
         "Same bucket-aligned input (every event time on a minute start), 4 rules (SUM, COUNT, AVG, MAX per payer,"
-        " 1-hour windows) for the engine and the per-event baseline; the sliding-window baseline runs the SUM rule as"
-        " `window(eventTime, 1 hour, 1 minute)` + a 5-minute watermark, append mode. *Alert delay* is in event"
-        " time: how far the stream's max event time had moved past the last transaction of the alert window when the"
-        " alert came out (the engine alerts in the micro-batch of the transaction: 0)."
+        " 1-hour windows, limits met by about 1% of the transactions) for the engine and the per-event baseline; the"
+        " sliding-window baseline runs the SUM rule (same limit) as `window(eventTime, 1 hour, 1 minute)` + a"
+        " 5-minute watermark, append mode. *Alert delay* is in event time: how far the stream's max event time had"
+        " moved past the last transaction of a window when the window came out (for sliding windows: every closed"
+        " window, the delay an alert on it has; the engine alerts in the micro-batch of the transaction: 0). A window"
+        " closes once the watermark passes its end, so the last 5 minutes of the input close none, and a sum that"
+        " the rest of the stream pushes over the limit is seen 6 or more minutes later."
     )
     rows, state_rows = [], []
     lateness_min = 5  # the engine's default allowed lateness, which the sliding-window watermark uses
@@ -51,9 +54,10 @@ def add_baselines(report: Report, results: Results) -> None:
                 label,
                 "sliding window",
                 fmt(sliding.rows / sliding.wall_seconds if sliding.wall_seconds else None),
-                f"{sliding.alert_windows:,} windows / {sliding.alerted_keys:,} keys",
+                f"{sliding.alert_windows:,} windows / {sliding.alerted_keys:,} keys (of {sliding.closed_windows:,}"
+                " windows closed)",
                 f"p50 {sliding.delay_p50_seconds:,.0f} s, p95 {sliding.delay_p95_seconds:,.0f} s"
-                if sliding.alert_windows
+                if sliding.closed_windows
                 else f"none closed: a window needs the watermark past its end, >= {lateness_min + 1} min of event"
                 " time after its first transaction",
                 fmt(sliding.state_rows),
