@@ -24,9 +24,9 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StringType, StructField, StructType
+from pyspark.sql.types import ArrayType, StringType, StructField, StructType
 
 
 def _plain(value: Any) -> Any:
@@ -75,7 +75,15 @@ def local_frame(
     text = spark._jsparkSession.parseDataType(_TEXT_SCHEMA.json())
     frame = DataFrame(spark._jsparkSession.createDataFrame(java_rows, text), spark)
     parsed = F.from_json("json", schema, {"timestampFormat": _TIMESTAMP_FORMAT}).alias("r")
-    return frame.select(parsed).select(*[F.col(f"r.{f.name}").alias(f.name) for f in schema.fields])
+    return frame.select(parsed).select(*[_declared(F.col(f"r.{f.name}"), f).alias(f.name) for f in schema.fields])
+
+
+def _declared(column: Column, field: StructField) -> Column:
+    """``from_json`` reads every array as one that may hold nulls; an array declared without them is compacted (a
+    no-op on its values) to get that type back: a MERGE or append into the table would not cast it otherwise."""
+    if isinstance(field.dataType, ArrayType) and not field.dataType.containsNull:
+        return F.array_compact(column)
+    return column
 
 
 _TIMESTAMP_FORMAT = "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"

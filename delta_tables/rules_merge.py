@@ -16,6 +16,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from delta_tables.local_rows import local_frame
 from delta_tables.rules import RULE_CONTENT_COLUMNS, RULES_SCHEMA
 from pipelines.base.spark_session import session_confs
 
@@ -109,7 +110,8 @@ def commit_tag(app_id: str, batch_id: int) -> str:
 
 
 def rules_frame(spark: SparkSession, rows: list[dict[str, object]]) -> DataFrame:
-    return spark.createDataFrame(rows, RULES_SCHEMA)
+    """A batch's rule rows as a MERGE source: a local relation, no Python RDD (``local_rows``)."""
+    return local_frame(spark, rows, RULES_SCHEMA)
 
 
 def _txn_confs(txn: tuple[str, int] | None) -> dict[str, str]:

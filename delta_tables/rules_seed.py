@@ -17,6 +17,7 @@ from typing import Any
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
+from delta_tables.local_rows import local_frame
 from delta_tables.rules import RULES_SCHEMA
 
 
@@ -28,9 +29,7 @@ def put_rule_rows(spark: SparkSession, path: str, rows: Sequence[dict[str, Any]]
     """
     if not rows:
         return
-    source = spark.createDataFrame(
-        [{f.name: row.get(f.name) for f in RULES_SCHEMA.fields} for row in rows], RULES_SCHEMA
-    )
+    source = local_frame(spark, [{f.name: row.get(f.name) for f in RULES_SCHEMA.fields} for row in rows], RULES_SCHEMA)
     (
         DeltaTable.forPath(spark, path)
         .alias("t")

@@ -9,6 +9,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType, StringType
 
 from delta_tables.idempotent import table_version
 from delta_tables.rules_seed import put_rule_rows
@@ -57,12 +58,20 @@ def json_line(record: Mapping[str, Any]) -> str:
 
 
 def raw_frame(spark: SparkSession, records: Sequence[Mapping[str, Any] | str], *, name: str = "batch") -> DataFrame:
-    """A RAW_SCHEMA frame as the files source would give it (one line per record)."""
-    rows = [
-        (r if isinstance(r, str) else json_line(r), "files", f"file:/test/{name}.jsonl", None, None, None)
-        for r in records
-    ]
-    return spark.createDataFrame(rows, RAW_SCHEMA)
+    """A RAW_SCHEMA frame as the files source would give it (one line per record).
+
+    Built in the JVM from one literal, the lines as a JSON array (exact for any text), exploded: not
+    ``createDataFrame(rows)``, a Python RDD whose every scan starts Python workers to unpickle the rows.
+    """
+    lines = F.lit(json.dumps([r if isinstance(r, str) else json_line(r) for r in records]))
+    constants = {"source": F.lit("files"), "sourceOffset": F.lit(f"file:/test/{name}.jsonl")}
+    exploded = spark.range(1).select(F.explode(F.from_json(lines, ArrayType(StringType()))).alias("raw"))
+    return exploded.select(
+        *[
+            (F.col("raw") if f.name == "raw" else constants.get(f.name, F.lit(None))).cast(f.dataType).alias(f.name)
+            for f in RAW_SCHEMA.fields
+        ]
+    )
 
 
 def alerts_by_id(spark: SparkSession, settings: Settings) -> dict[tuple[int, str], tuple[str, Decimal]]:
