@@ -34,6 +34,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from delta_tables.local_rows import local_frame
 from delta_tables.quarantine import QUARANTINE, QUARANTINE_SCHEMA
 from delta_tables.rule_changes import RULE_CHANGES, RULE_CHANGES_SCHEMA
 from delta_tables.rules import RULES
@@ -250,7 +251,7 @@ def quarantine_id(record: RawRecord) -> str:
 def _append(
     spark: SparkSession, rows: list[dict[str, Any]], schema: Any, path: str, txn: tuple[str, int] | None
 ) -> None:
-    writer = spark.createDataFrame(rows, schema).write.format("delta").mode("append")
+    writer = local_frame(spark, rows, schema).write.format("delta").mode("append")  # no Python RDD, no Python worker
     if txn is not None:
         writer = writer.option("txnAppId", txn[0]).option("txnVersion", str(txn[1]))
     writer.save(path)
