@@ -29,6 +29,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from pipelines.base.jvm_classes import jvm_class
 from pipelines.base.spark_session import session_confs
 
 USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
@@ -107,9 +108,8 @@ def tagged_dml(spark: SparkSession, tag: CommitTag | None) -> Iterator[None]:
 def _newest_snapshot(spark: SparkSession, path: str) -> Any:
     """The JVM ``Snapshot`` of the table's newest version (a listing of its log, no Spark job); raises where the JVM
     ``DeltaLog`` is not reachable (Spark Connect)."""
-    jvm: Any = spark._jvm
-    none = jvm.scala.Option.empty()
-    log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+    none = jvm_class(spark, "scala.Option").empty()
+    log = jvm_class(spark, "org.apache.spark.sql.delta.DeltaLog").forTable(spark._jsparkSession, path)
     return log.update(False, none, none)
 
 
@@ -126,6 +126,21 @@ def table_version(spark: SparkSession, path: str) -> int:
             raise RuntimeError(f"{path} has no commits") from None
         version: int = row["version"]
         return version
+
+
+def empty_at(spark: SparkSession, path: str, version: int | None = None) -> bool:
+    """True when the table at ``path`` is known to hold no data file at ``version`` (None: its newest version), from
+    the newest version's checksum file: no Spark job. False when that is not known (``version`` is not the newest,
+    no checksum file, no JVM access): the caller then reads the table. A fresh lakehouse's first micro-batch reads
+    empty tables that way instead of planning, compiling and running a query on each (~1 s apiece in a new JVM)."""
+    try:
+        snapshot = _newest_snapshot(spark, path)
+        if version is not None and int(snapshot.version()) != version:
+            return False
+        checksum = snapshot.checksumOpt()
+        return bool(checksum.isDefined()) and int(checksum.get().numFiles()) == 0
+    except Exception:  # no fast path: not known
+        return False
 
 
 def table_file_count(spark: SparkSession, path: str) -> int | None:
@@ -163,18 +178,18 @@ class _NeedHistory(Exception):
 
 def _tags_from_commit_files(spark: SparkSession, path: str, app_id: str, batch_id: int, newest: int) -> list[CommitTag]:
     try:
-        jvm: Any = spark._jvm
-        log_dir = jvm.org.apache.hadoop.fs.Path(path.rstrip("/") + "/_delta_log")
+        hadoop_path = jvm_class(spark, "org.apache.hadoop.fs.Path")
+        log_dir = hadoop_path(path.rstrip("/") + "/_delta_log")
         fs = log_dir.getFileSystem(spark._jsc.hadoopConfiguration())
     except Exception as error:
         raise _NeedHistory from error
     found: list[CommitTag] = []
     latest = table_version(spark, path)
     for version in range(latest, max(latest - newest, -1), -1):
-        commit_file = jvm.org.apache.hadoop.fs.Path(log_dir, f"{version:020d}.json")
+        commit_file = hadoop_path(log_dir, f"{version:020d}.json")
         if not fs.exists(commit_file):
             raise _NeedHistory(f"{commit_file} is not in _delta_log")
-        tag = CommitTag.parse(_user_metadata(jvm, fs, commit_file))
+        tag = CommitTag.parse(_user_metadata(spark, fs, commit_file))
         if tag is None:
             continue  # a commit of another writer (OPTIMIZE, a manual DELETE, ...)
         if tag.app_id != app_id or tag.batch_id < batch_id:
@@ -184,9 +199,10 @@ def _tags_from_commit_files(spark: SparkSession, path: str, app_id: str, batch_i
     return found
 
 
-def _user_metadata(jvm: Any, fs: Any, commit_file: Any) -> str | None:
+def _user_metadata(spark: SparkSession, fs: Any, commit_file: Any) -> str | None:
     """``commitInfo.userMetadata`` of one commit file (Delta writes commitInfo as the first action)."""
-    reader = jvm.java.io.BufferedReader(jvm.java.io.InputStreamReader(fs.open(commit_file), "UTF-8"))
+    text = jvm_class(spark, "java.io.InputStreamReader")(fs.open(commit_file), "UTF-8")
+    reader = jvm_class(spark, "java.io.BufferedReader")(text)
     try:
         while True:
             line = reader.readLine()

@@ -28,6 +28,8 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, StringType, StructField, StructType
 
+from pipelines.base.jvm_classes import jvm_class
+
 
 def _plain(value: Any) -> Any:
     if isinstance(value, Decimal):
@@ -65,13 +67,13 @@ def local_frame(
     once): it runs no job of its own, and joined to other frames its values are data, not literals compiled into
     the generated code.
     """
-    jvm: Any = spark._jvm
     gateway: Any = spark.sparkContext._gateway
+    java_object, row_factory = jvm_class(spark, "java.lang.Object"), jvm_class(spark, "org.apache.spark.sql.RowFactory")
     java_rows = []
     for row in rows:
-        values = gateway.new_array(jvm.java.lang.Object, 1)
+        values = gateway.new_array(java_object, 1)
         values[0] = row_json(row, schema)
-        java_rows.append(jvm.org.apache.spark.sql.RowFactory.create(values))
+        java_rows.append(row_factory.create(values))
     text = spark._jsparkSession.parseDataType(_TEXT_SCHEMA.json())
     frame = DataFrame(spark._jsparkSession.createDataFrame(java_rows, text), spark)
     parsed = F.from_json("json", schema, {"timestampFormat": _TIMESTAMP_FORMAT}).alias("r")

@@ -1,12 +1,16 @@
-"""Delta on the real local session: a MERGE round trip with its metrics, and idempotent `init`."""
+"""Delta on the real local session: a MERGE round trip with its metrics, idempotent `init`, and what a table's
+checksum tells without a query (``empty_at``)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from delta.tables import DeltaTable
 from lakehouse_template import fresh_lakehouse
 from pyspark.sql import SparkSession
 
 from delta_tables.catalog import all_tables, init_lakehouse
+from delta_tables.idempotent import empty_at
 from pipelines.base.settings import Settings
 from pipelines.local.smoke import last_operation_metrics
 
@@ -66,3 +70,17 @@ def test_the_tables_every_batch_commits_to_checkpoint_on_different_batches(
     # Version v of each is batch v - 1 (version 0 is the CREATE); a checkpoint goes with each multiple of its interval.
     assert max(sum(v % n == 0 for n in every.values()) for v in range(1, 110)) == 1, every
     assert max(sum(v % n == 0 for n in every.values()) for v in range(1, 1001)) == 2, every
+
+
+def test_empty_at_knows_an_empty_version_only_when_it_is_the_newest(spark: SparkSession, tmp_path: Path) -> None:
+    """The fresh-lakehouse shortcut (``empty_at``) says empty only for a newest version without data files; any
+    other answer is 'not known', so the caller reads the table."""
+    path = str(tmp_path / "t")
+    spark.sql(f"CREATE TABLE delta.`{path}` (id BIGINT) USING delta")
+    assert empty_at(spark, path) and empty_at(spark, path, 0)
+    spark.range(3).write.format("delta").mode("append").save(path)
+    assert not empty_at(spark, path) and not empty_at(spark, path, 1)
+    assert not empty_at(spark, path, 0)  # empty then, but no longer the newest version: not known here
+    DeltaTable.forPath(spark, path).delete()
+    assert empty_at(spark, path, 2) and spark.read.format("delta").load(path).count() == 0
+    assert not empty_at(spark, str(tmp_path / "missing"))
