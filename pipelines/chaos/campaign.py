@@ -275,6 +275,7 @@ class Campaign:
             return stable
 
         settled = self._wait("the rules topic to settle", rules_settled, DRAIN_WAIT_S, every=5.0)
+        self.say(f"chaos: {self.now():6.1f} s  rules topic settled")
         rules_done = self._wait(
             "the rules job to catch up",
             lambda: caught_up(
@@ -282,6 +283,7 @@ class Campaign:
             ),
             DRAIN_WAIT_S,
         )
+        self.say(f"chaos: {self.now():6.1f} s  rules job caught up")
         engine_done = self._wait(
             "the engine to catch up",
             lambda: caught_up(
@@ -333,7 +335,9 @@ def run_campaign(
     report.load_seconds = round(load.seconds, 1)
     say(f"chaos: {campaign.now():6.1f} s  load stopped ({report.acked} of {report.offered} accepted); draining")
     report.drained = campaign.drain()
+    say(f"chaos: {campaign.now():6.1f} s  drained: {'yes' if report.drained else 'NO'}; stopping the jobs")
     stack.stop_jobs()
+    say(f"chaos: {campaign.now():6.1f} s  jobs stopped; checking")
     session = spark()
     forged = {b.rule_id for b, *_ in campaign.sent if b.forged and b.rule_id is not None}
     bad_ids = {b.rule_id for b, *_ in campaign.sent if b.rule_id is not None}
@@ -344,4 +348,5 @@ def run_campaign(
     report.alerts = alerts_check(session, settings)
     report.bad_inputs = campaign.bad_input_fates(session)
     report.seconds = round(time.monotonic() - started, 1)
+    say(f"chaos: {campaign.now():6.1f} s  checked")
     return report
