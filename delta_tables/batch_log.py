@@ -23,7 +23,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from delta_tables.idempotent import CommitTag, append_tagged, empty_at
+from delta_tables.idempotent import CommitTag, append_tagged, table_file_count
 from delta_tables.local_rows import local_frame
 from delta_tables.table_spec import TableSpec, checkpoint_every
 
@@ -58,7 +58,7 @@ def log_batch(spark: SparkSession, path: str, row: dict[str, Any], *, tag: Commi
 def previous_batch(spark: SparkSession, path: str, job: str, batch_id: int) -> dict[str, Any] | None:
     """The newest row of ``job`` before ``batch_id``; else the newest engine row of any job (a new checkpoint
     continues from the lakehouse's last batch); None for a new lakehouse."""
-    if empty_at(spark, path):
+    if table_file_count(spark, path) == 0:
         return None
     table = spark.read.format("delta").load(path)
     rows = (

@@ -128,27 +128,17 @@ def table_version(spark: SparkSession, path: str) -> int:
         return version
 
 
-def empty_at(spark: SparkSession, path: str, version: int | None = None) -> bool:
-    """True when the table at ``path`` is known to hold no data file at ``version`` (None: its newest version), from
-    the newest version's checksum file: no Spark job. False when that is not known (``version`` is not the newest,
-    no checksum file, no JVM access): the caller then reads the table. A fresh lakehouse's first micro-batch reads
-    empty tables that way instead of planning, compiling and running a query on each (~1 s apiece in a new JVM)."""
+def table_file_count(spark: SparkSession, path: str, version: int | None = None) -> int | None:
+    """The number of data files of the table at ``path`` at ``version`` (None: its newest version), from the newest
+    version's checksum file (``_delta_log/<version>.crc``, which Delta writes with each commit): no Spark job. None
+    where it is not known (``version`` is not the newest, no checksum file, no JVM access); ``DESCRIBE DETAIL`` would
+    know, at the cost of a state reconstruction job. A fresh lakehouse's first micro-batch skips its queries of
+    tables known to be empty (0): each is ~1 s of planning, compiling and running in a new JVM."""
     try:
         snapshot = _newest_snapshot(spark, path)
         if version is not None and int(snapshot.version()) != version:
-            return False
+            return None
         checksum = snapshot.checksumOpt()
-        return bool(checksum.isDefined()) and int(checksum.get().numFiles()) == 0
-    except Exception:  # no fast path: not known
-        return False
-
-
-def table_file_count(spark: SparkSession, path: str) -> int | None:
-    """The number of data files in the newest version of the table at ``path``, from that version's checksum file
-    (``_delta_log/<version>.crc``, which Delta writes with each commit): no Spark job. None where it is not known
-    (no checksum file, no JVM access); ``DESCRIBE DETAIL`` would know, at the cost of a state reconstruction job."""
-    try:
-        checksum = _newest_snapshot(spark, path).checksumOpt()
         return int(checksum.get().numFiles()) if checksum.isDefined() else None
     except Exception:  # no fast path: unknown
         return None

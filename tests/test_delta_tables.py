@@ -1,5 +1,5 @@
 """Delta on the real local session: a MERGE round trip with its metrics, idempotent `init`, and what a table's
-checksum tells without a query (``empty_at``)."""
+checksum tells without a query (``table_file_count``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from lakehouse_template import fresh_lakehouse
 from pyspark.sql import SparkSession
 
 from delta_tables.catalog import all_tables, init_lakehouse
-from delta_tables.idempotent import empty_at
+from delta_tables.idempotent import table_file_count
 from pipelines.base.settings import Settings
 from pipelines.local.smoke import last_operation_metrics
 
@@ -72,15 +72,15 @@ def test_the_tables_every_batch_commits_to_checkpoint_on_different_batches(
     assert max(sum(v % n == 0 for n in every.values()) for v in range(1, 1001)) == 2, every
 
 
-def test_empty_at_knows_an_empty_version_only_when_it_is_the_newest(spark: SparkSession, tmp_path: Path) -> None:
-    """The fresh-lakehouse shortcut (``empty_at``) says empty only for a newest version without data files; any
-    other answer is 'not known', so the caller reads the table."""
+def test_the_checksum_file_count_is_known_only_for_the_newest_version(spark: SparkSession, tmp_path: Path) -> None:
+    """The fresh-lakehouse shortcut (``table_file_count(...) == 0``) says empty only for a newest version without
+    data files; any other version, or a table without a log, is 'not known' (None), so the caller reads the table."""
     path = str(tmp_path / "t")
     spark.sql(f"CREATE TABLE delta.`{path}` (id BIGINT) USING delta")
-    assert empty_at(spark, path) and empty_at(spark, path, 0)
+    assert table_file_count(spark, path) == 0 and table_file_count(spark, path, 0) == 0
     spark.range(3).write.format("delta").mode("append").save(path)
-    assert not empty_at(spark, path) and not empty_at(spark, path, 1)
-    assert not empty_at(spark, path, 0)  # empty then, but no longer the newest version: not known here
+    assert table_file_count(spark, path) not in (None, 0) and table_file_count(spark, path, 1) not in (None, 0)
+    assert table_file_count(spark, path, 0) is None  # empty then, but no longer the newest version: not known here
     DeltaTable.forPath(spark, path).delete()
-    assert empty_at(spark, path, 2) and spark.read.format("delta").load(path).count() == 0
-    assert not empty_at(spark, str(tmp_path / "missing"))
+    assert table_file_count(spark, path, 2) == 0 and spark.read.format("delta").load(path).count() == 0
+    assert table_file_count(spark, str(tmp_path / "missing")) is None

@@ -22,7 +22,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from delta_tables.idempotent import empty_at, table_version
+from delta_tables.idempotent import table_file_count, table_version
 from pipelines.base.settings import TransactionSchema
 from rules_cdc.filter_expr import All, AnyOf, Leaf, Not
 from rules_cdc.rule_model import COUNT_FIELD, Rule, RuleState
@@ -121,7 +121,7 @@ class StatePlan:
 def read_live_rules(spark: SparkSession, path: str, *, version: int, schema: TransactionSchema) -> list[LiveRule]:
     """The live (ACTIVE, PAUSED, SHADOW) rules of the rules table at ``version``; a row that fails validation is
     skipped."""
-    if empty_at(spark, path, version):
+    if table_file_count(spark, path, version) == 0:
         return []
     frame = live_rules(spark.read.format("delta").option("versionAsOf", version).load(path))
     rules: list[LiveRule] = []
@@ -161,7 +161,7 @@ def states_of(rules: Sequence[LiveRule]) -> list[StateSpec]:
 
 def read_registry(spark: SparkSession, path: str, *, version: int) -> dict[str, RegistryEntry]:
     """The state registry at ``version`` (one small row per state)."""
-    if empty_at(spark, path, version):
+    if table_file_count(spark, path, version) == 0:
         return {}
     frame = spark.read.format("delta").option("versionAsOf", version).load(path)
     columns = ("stateId", "windowMinutes", "createdBatchId", "updatedBatchId")
