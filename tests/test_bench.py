@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import replace
 from decimal import Decimal
@@ -116,7 +117,9 @@ def test_sliding_windows_close_once_the_watermark_passes_them_and_count_alerts_a
                     f'{{"transactionId":"t{minute}-{payer}","eventTime":{at},"payerId":{payer},'
                     f'"paymentAmount":{amount}}}'
                 )
-        (landing / f"b{part:06d}.jsonl").write_text("\n".join(lines) + "\n")
+        path = landing / f"b{part:06d}.jsonl"
+        path.write_text("\n".join(lines) + "\n")
+        os.utime(path, (1_700_000_000 + part, 1_700_000_000 + part))  # the file source takes them oldest first
     result = run_sliding_window(
         spark, landing, window_minutes=60, limit=Decimal(400), lateness_seconds=300, checkpoint=str(tmp_path / "ckpt")
     )

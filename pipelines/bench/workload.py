@@ -99,25 +99,31 @@ def _line(record: dict[str, Any]) -> str:
 def write_batches(records: Iterator[dict[str, Any]], folder: Path, *, batch_size: int, prefix: str = "b") -> int:
     """Write JSON-lines files of ``batch_size`` records (atomically: temp name, then rename); return files written.
 
-    File names sort in write order, so a files source with ``maxFilesPerTrigger=1`` reads one file per batch.
+    Spark's files source takes files oldest first (by modification time, in milliseconds; ties in listing order),
+    so each file is stamped at least a millisecond after the one before: a source with ``maxFilesPerTrigger=1``
+    reads them in write order, one per batch.
     """
     folder.mkdir(parents=True, exist_ok=True)
-    files, lines = 0, []
+    files, lines, stamp_ms = 0, [], 0
     for record in records:
         lines.append(_line(record))
         if len(lines) == batch_size:
-            _write(folder, f"{prefix}{files:06d}.jsonl", lines)
+            stamp_ms = _write(folder, f"{prefix}{files:06d}.jsonl", lines, after_ms=stamp_ms)
             files, lines = files + 1, []
     if lines:
-        _write(folder, f"{prefix}{files:06d}.jsonl", lines)
+        _write(folder, f"{prefix}{files:06d}.jsonl", lines, after_ms=stamp_ms)
         files += 1
     return files
 
 
-def _write(folder: Path, name: str, lines: Sequence[str]) -> None:
+def _write(folder: Path, name: str, lines: Sequence[str], *, after_ms: int) -> int:
+    """Write ``name`` atomically, modified at least 1 ms after ``after_ms``; return its modification time (ms)."""
     temp = folder / f".{name}.tmp"
     temp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    stamp_ms = max(temp.stat().st_mtime_ns // 1_000_000, after_ms + 1)
+    os.utime(temp, ns=(stamp_ms * 1_000_000, stamp_ms * 1_000_000))
     os.replace(temp, folder / name)
+    return stamp_ms
 
 
 DEFAULT_LIMITS: dict[str, float] = {"SUM": 20_000, "COUNT": 40, "AVG": 5_000, "MAX": 30_000, "MIN": 0.5}
