@@ -56,8 +56,9 @@ def test_replayed_batches_have_exactly_once_effects(
 ) -> None:
     fresh_lakehouse(spark, settings)
     # Batch 1 dies after its state maintenance (the backfill of r3's new state), then (re-run) after its alerts
-    # append, which runs beside the bronze, state and cooldown appends; one crash per attempt.
-    crashes = {1: ["maintenance", "alerts"]}
+    # append, which runs beside the bronze, state and cooldown appends; one crash per attempt. Batch 2 dies after
+    # its maintenance: r2's state dropped and r3's (window widened) rebuilt, both in one commit.
+    crashes = {1: ["maintenance", "alerts"], 2: ["maintenance"]}
     armed: list[tuple[str, int]] = []
 
     def crash_point(point: str, batch_id: int) -> None:
@@ -75,13 +76,15 @@ def test_replayed_batches_have_exactly_once_effects(
         windowMinutes=5,
         filter={"field": "paymentType", "op": "EQUAL", "value": "CRD"},
     )
-    timeline = [[r1, r2], [r1, r2, r3]]  # r3 is new in batch 1: a new state, backfilled from batch 0's bronze
+    r3_wide = r3.model_copy(update={"window_minutes": 10})
+    # r3 is new in batch 1: a new state, backfilled from batch 0's bronze; in batch 2 r2 is gone and r3 wider
+    timeline = [[r1, r2], [r1, r2, r3], [r1, r3_wide]]
     refs = []
     for batch_id, live in enumerate(timeline):
-        put_rules(spark, settings, live, tick=batch_id)
+        put_rules(spark, settings, live, deleted=[2] if batch_id == 2 else [], tick=batch_id)
         frame = raw_frame(spark, _batch(batch_id))
         refs.append(RefBatch(rules=live, transactions=_batch(batch_id)))
-        attempts = 0
+        attempts, planned = 0, len(crashes.get(batch_id, []))
         while True:
             attempts += 1
             armed[:] = [(crashes[batch_id].pop(0), batch_id)] if crashes.get(batch_id) else []
@@ -91,7 +94,7 @@ def test_replayed_batches_have_exactly_once_effects(
                 break
             except InjectedCrash:
                 assert attempts <= 2
-        assert attempts == (3 if batch_id else 1)
+        assert attempts == 1 + planned
 
     # A completed batch run again changes nothing: no commit anywhere.
     before = _versions(spark, settings)
@@ -107,14 +110,18 @@ def test_replayed_batches_have_exactly_once_effects(
     assert alerts.count() == len(expected)
 
     bronze = spark.read.format("delta").load(settings.table_path("bronze_transactions"))
-    assert bronze.count() == bronze.select("transactionId").distinct().count() == 24
+    assert bronze.count() == bronze.select("transactionId").distinct().count() == 36
 
     # The state holds every transaction exactly once: it equals the tiles computed from the transactions.
-    records = [*_batch(0), *_batch(1)]
-    assert folded_state(spark, settings) == independent_tiles(records, [r1, r2, r3])
+    records = [*_batch(0), *_batch(1), *_batch(2)]
+    assert folded_state(spark, settings) == independent_tiles(records, [r1, r3_wide])
 
-    # Cooldown memory = the latest alert per (rule, key).
-    last = alerts.groupBy("ruleId", "keyValue").agg(F.max(F.unix_millis("eventTime")).alias("t"))
+    # Cooldown memory = the latest alert per (rule, key) of the rules still live (r2's memory went with it).
+    last = (
+        alerts.where(F.col("ruleId") != 2)
+        .groupBy("ruleId", "keyValue")
+        .agg(F.max(F.unix_millis("eventTime")).alias("t"))
+    )
     memory = spark.read.format("delta").load(settings.table_path("alert_cooldown"))
     folded_memory = memory.groupBy("ruleId", "keyValue").agg(F.max("lastAlertTimeMs"))
     assert sorted(tuple(r) for r in last.collect()) == sorted(tuple(r) for r in folded_memory.collect())
@@ -125,10 +132,19 @@ def test_replayed_batches_have_exactly_once_effects(
         tags = [CommitTag.parse(r["userMetadata"]) for r in history.collect()]
         return [(t.batch_id, t.write) for t in tags if t is not None]
 
-    assert writes("bronze_transactions") == [(0, "bronze"), (1, "bronze")]
-    assert writes("batch_log") == [(0, "batch-log"), (1, "batch-log")]
+    assert writes("bronze_transactions") == [(0, "bronze"), (1, "bronze"), (2, "bronze")]
+    assert writes("batch_log") == [(0, "batch-log"), (1, "batch-log"), (2, "batch-log")]
     # batch 0's tiles, the backfill of r3's new state (batch 1's maintenance), batch 1's tiles, and the retention step
-    # that falls on batch 1 (one state's tiles compacted: pipelines.engine.retention.retention_steps), once
-    assert writes("bucket_state") == [(0, "state"), (1, "state-backfill"), (1, "state"), (1, "state-compact")]
-    assert writes("alerts") == [(0, "alerts"), (1, "alerts")]
+    # that falls on batch 1 (one state's tiles compacted: pipelines.engine.retention.retention_steps), once; batch 2's
+    # maintenance (r2's state dropped, r3's rebuilt for its wider window) in one commit, once, then its tiles
+    assert writes("bucket_state") == [
+        (0, "state"),
+        (1, "state-backfill"),
+        (1, "state"),
+        (1, "state-compact"),
+        (2, "state-replace"),
+        (2, "state"),
+    ]
+    assert writes("alerts") == [(0, "alerts"), (1, "alerts"), (2, "alerts")]
+    assert writes("alert_cooldown") == [(0, "cooldown"), (1, "cooldown"), (2, "cooldown-forget"), (2, "cooldown")]
     assert table_rows(spark, settings.table_path("quarantine")) == []

@@ -130,6 +130,20 @@ class TableCache:
         kept = self.frame().where(~removed)
         self._replace([materialize(self._fold(kept).select(*self._columns))], version)
 
+    def rewritten_rows(self, spark: SparkSession, rows: DataFrame, *, removed: Column, read_version: int) -> None:
+        """After one commit that replaced the rows matching ``removed`` (a condition on partition columns) with
+        ``rows`` (in the table's own format, as ``appended_rows``; only rows matching ``removed``): the cache keeps
+        its other rows and takes ``rows``, both folded, as one frame on the executors (no Delta read), if the commit
+        is the version after ``read_version``; otherwise forget everything (the next ``ensure`` reloads). One
+        materialization where a drop and a backfill apart (``deleted``, ``appended_rows``) cost two; the union keeps
+        the frames' hash layout (both folds are laid out by ``layout``'s keys)."""
+        if self.version != read_version or table_version(spark, self.path) != read_version + 1:
+            self.invalidate()
+            return
+        kept = self._fold(self.frame().where(~removed)).select(*self._columns)
+        taken = self._fold(self._layout(rows)).select(*self._columns)
+        self._replace([materialize(kept.unionByName(taken))], read_version + 1)
+
     def _fold_when_long(self) -> None:
         if len(self._frames) > MAX_FRAMES:
             self._replace([materialize(self._fold(self.frame()).select(*self._columns))], self.version)
