@@ -2,7 +2,8 @@
 
 When the rules pinned for a batch need other states than the registry (``rule_states``) lists, the batch first
 drops the states no live rule reads and those whose widest window grew (retention may have dropped buckets they
-now need), backfills new and rebuilt states from bronze as if their rules had always existed, forgets the cooldown
+now need), backfills new and rebuilt states from bronze as if their rules had always existed (a drop and a backfill
+in the same batch are one ``replaceWhere`` commit of the states' partitions, ``STATE_REPLACE``), forgets the cooldown
 memory of rule ids that left the rules in force, and records the new registry. Each write is tagged with the
 batch (``delta_tables.idempotent``) and skipped when an earlier attempt of the batch committed it; the plan is
 computed from the pinned rules, registry and bronze versions, so a replay redoes exactly the missing writes.
@@ -119,7 +120,7 @@ def maintain_states(
                 state_cache.appended_rows(spark, written, read_version=read)
         finally:
             release(written)
-    if drop_due:  # nothing to backfill (or its backfill committed before): a drop alone
+    if drop_due:  # states dropped, none backfilled (or no bronze before this batch): a drop alone
         read = table_version(spark, paths.bucket_state)
         delete_states(spark, paths.bucket_state, gone, tag=attempt.tag("state-drop", pins))
         state_cache.deleted(spark, removed=_listed("stateId", sorted(gone)), read_version=read)
