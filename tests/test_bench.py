@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import replace
 from decimal import Decimal
@@ -24,7 +23,7 @@ from pipelines.bench.scenarios import KIND_SETS, Plan, Results, merge, run_all
 from pipelines.bench.sliding_window import SlidingWindowResult, run_sliding_window
 from pipelines.bench.state_size import StateSize, engine_state_mismatches, steady_state_sizes
 from pipelines.bench.summary import BENCHMARKS_DOC, PROFILE_SECTION, build_report, profile_notes
-from pipelines.bench.workload import Workload, alerting_rule_set, mixed_rule_set, rule_set, transactions
+from pipelines.bench.workload import Workload, alerting_rule_set, mixed_rule_set, rule_set, transactions, write_batches
 from pipelines.engine.batch_handler import BatchHandler
 from pipelines.engine.keys import encode_key
 from pipelines.engine.states import LiveRule, states_of
@@ -105,21 +104,19 @@ def test_sliding_windows_close_once_the_watermark_passes_them_and_count_alerts_a
     at minutes 1-4 close, each at least 6 minutes of event time after its last transaction; the alert windows are
     those of the payer whose minute-0 payment puts every window over the limit."""
     landing = tmp_path / "landing"
-    landing.mkdir()
     start = 1_700_006_400_000  # a minute start
-    for part in range(5):
-        lines = []
-        for minute in (2 * part, 2 * part + 1):
-            for payer in (1, 2):
-                amount = "500.00" if (minute, payer) == (0, 1) else "10.00"
-                at = start + minute * MINUTE
-                lines.append(
-                    f'{{"transactionId":"t{minute}-{payer}","eventTime":{at},"payerId":{payer},'
-                    f'"paymentAmount":{amount}}}'
-                )
-        path = landing / f"b{part:06d}.jsonl"
-        path.write_text("\n".join(lines) + "\n")
-        os.utime(path, (1_700_000_000 + part, 1_700_000_000 + part))  # the file source takes them oldest first
+    records = [
+        {
+            "transactionId": f"t{minute}-{payer}",
+            "eventTime": start + minute * MINUTE,
+            "payerId": payer,
+            "paymentAmount": "500.00" if (minute, payer) == (0, 1) else "10.00",
+        }
+        for minute in range(10)
+        for payer in (1, 2)
+    ]
+    # one file per 2 minutes, stamped in write order (the file source takes files oldest first)
+    assert write_batches(iter(records), landing, batch_size=4) == 5
     result = run_sliding_window(
         spark, landing, window_minutes=60, limit=Decimal(400), lateness_seconds=300, checkpoint=str(tmp_path / "ckpt")
     )
