@@ -15,7 +15,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
-from delta_tables.idempotent import CommitTag, append_tagged, overwrite_tagged
+from delta_tables.idempotent import CommitTag, overwrite_tagged
 from delta_tables.table_spec import TableSpec
 
 RULE_STATES_SCHEMA = StructType(
@@ -36,12 +36,7 @@ RULE_STATES = TableSpec(
 )
 
 
-def replace_registry(frame: DataFrame, path: str, *, tag: CommitTag | None, empty: bool = False) -> None:
+def replace_registry(frame: DataFrame, path: str, *, tag: CommitTag | None) -> None:
     """Overwrite the registry with ``frame`` (RULE_STATES_SCHEMA rows: one per state): the table is a few rows,
-    so a whole rewrite is cheaper than a MERGE. ``empty``: the table is known to hold no rows (a fresh lakehouse's
-    first batch), so an append writes the same content without an overwrite's cost (Delta's overwrite reconstructs
-    the table state to count the files it removes: ~0.5 s warm, 1.5 s in a fresh JVM)."""
-    if empty:
-        append_tagged(frame, path, tag, files=1)
-    else:
-        overwrite_tagged(frame, path, tag)
+    so a whole rewrite is cheaper than a MERGE."""
+    overwrite_tagged(frame, path, tag)

@@ -29,7 +29,7 @@ from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 
 from delta_tables.bucket_state import append_tiles, compact_tiles, delete_states, with_batch_columns
-from delta_tables.idempotent import table_file_count, table_version
+from delta_tables.idempotent import table_version
 from delta_tables.local_rows import local_frame
 from delta_tables.rule_states import RULE_STATES_SCHEMA, replace_registry
 from pipelines.base.settings import Settings
@@ -145,11 +145,7 @@ def maintain_states(
             (e.state_id, s.signature, e.window_minutes, e.created_batch_id, e.updated_batch_id, now)
             for s, e in zip(states, entries.values(), strict=True)
         ]
-        empty = not registry and table_file_count(spark, paths.rule_states, pins.registry) == 0
         replace_registry(
-            local_frame(spark, rows, RULE_STATES_SCHEMA),
-            paths.rule_states,
-            tag=attempt.tag("registry", pins),
-            empty=empty,
+            local_frame(spark, rows, RULE_STATES_SCHEMA), paths.rule_states, tag=attempt.tag("registry", pins)
         )
         cache.registry_written(spark, entries, read_version=pins.registry)
