@@ -167,6 +167,14 @@ def delete_states(spark: SparkSession, path: str, state_ids: Collection[str], *,
         DeltaTable.forPath(spark, path).delete(_in_list("stateId", state_ids))
 
 
+def rows_per_state(spark: SparkSession, path: str, version: int, state_ids: Collection[str]) -> dict[str, int]:
+    """How many rows each of these states has in the table at ``version`` (states with none are absent): a count
+    over the partitions' Parquet footers, no column read."""
+    table = spark.read.format("delta").option("versionAsOf", version).load(path)
+    counts = table.where(F.col("stateId").isin(*sorted(state_ids))).groupBy("stateId").count().collect()
+    return {row["stateId"]: int(row["count"]) for row in counts}
+
+
 def trim_condition(cutoffs: Mapping[str, int]) -> Column:
     """The tiles to keep at retention: of a state in ``cutoffs``, starting at or after its cutoff (epoch ms)."""
     keep = F.lit(False)

@@ -21,6 +21,7 @@ from pyspark.sql import functions as F
 from reference_evaluator import RefBatch, evaluate
 
 import pipelines.engine.batch_handler as batch_handler
+import pipelines.engine.retention as retention
 from delta_tables.idempotent import CommitTag, table_version
 from pipelines.base.settings import Settings
 from pipelines.engine.batch_handler import BatchHandler
@@ -67,6 +68,9 @@ def test_replayed_batches_have_exactly_once_effects(
             raise InjectedCrash(f"after {point} of batch {batch_id}")
 
     monkeypatch.setattr(batch_handler, "crash_point", crash_point)
+    # Retention's step on batch 1 rewrites its state even though folding would not halve its rows: the compaction's
+    # commit is one of the writes that must happen once (tests/test_retention_rewrites.py: when it is skipped).
+    monkeypatch.setattr(retention, "FOLD_GAIN", 1)
     r1 = make_rule(1, limit=40, windowMinutes=2, cooldownMinutes=1)
     r2 = make_rule(2, groupingKeyNames=[], aggregatorFunctionType="COUNT", limit=5, windowMinutes=1)
     r3 = make_rule(

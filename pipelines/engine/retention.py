@@ -33,14 +33,14 @@ from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 
 from delta_tables.alert_cooldown import compact_memory, fold_memory
-from delta_tables.bucket_state import compact_tiles, fold_tiles, trim_condition
+from delta_tables.bucket_state import compact_tiles, fold_tiles, rows_per_state, trim_condition
 from delta_tables.idempotent import CommitTag, table_version
 from delta_tables.table_maintenance import compact_small_files
 from pipelines.engine.batch_run import BatchRun
 from pipelines.engine.evaluate import reach_buckets
 from pipelines.engine.lookback import with_coordinates
 from pipelines.engine.states import StateSpec
-from pipelines.engine.table_cache import TableCache, materialize
+from pipelines.engine.table_cache import TableCache, materialize, release
 from pipelines.engine.units import tiles_to_table
 from rules_cdc.rule_model import MAX_WINDOW_MINUTES
 
@@ -133,24 +133,54 @@ def run_retention(
             compact_small_files(run.spark, getattr(run.paths, step.target), min_files=engine.compact_min_files)
 
 
+FOLD_GAIN = 2
+"""A state's tiles (or the cooldown memory) with nothing beyond its horizon are rewritten only once folding them at
+least halves their rows in the table (``FOLD_GAIN`` rows a tile); until then the step commits nothing.
+
+Each batch appends a row per key and tile it touched, so a state's rows grow with the batches between rewrites;
+that is all a rewrite with nothing to trim saves, and it costs a Delta overwrite of the state's partitions (~1 s
+on a small table: Delta's DML reconstructs the snapshot's file list and commits). Decided on the table's content
+at the version read (the fold of the cache against the rows the table holds, ``rows_per_state``), so a replay
+decides the same."""
+
+
 def compact_state_tiles(run: BatchRun, cache: TableCache, horizons: dict[str, int]) -> None:
     """These states' tiles (``horizons``' keys) folded (one row per tile), those before each state's horizon
-    dropped, written over their partitions in one commit; the other states' tiles are not read or written."""
+    dropped, written over their partitions in one commit; the other states' tiles are not read or written. A
+    state with nothing beyond its horizon whose rows folding would not halve is left as it is (``FOLD_GAIN``)."""
     spark, path = run.spark, run.paths.bucket_state
     read = table_version(spark, path)
     cache.ensure(spark, read)
     engine = run.settings.engine
     distinct = any(s.distinct for s in run.states)
     ids = sorted(horizons)
-    rewritten = F.col("stateId").isin(*ids)
     folded = with_coordinates(
-        fold_tiles(cache.frame().where(rewritten), distinct_cap=engine.distinct_cap, distinct=distinct),
+        fold_tiles(
+            cache.frame().where(F.col("stateId").isin(*ids)), distinct_cap=engine.distinct_cap, distinct=distinct
+        ),
         bucket_ms=engine.bucket_seconds * 1000,
     )
-    folded = folded.where(trim_condition(horizons))
     folded = materialize(folded.withColumn("updatedAt", F.current_timestamp()))
-    compact_tiles(tiles_to_table(folded), path, tag=run.tag("state-compact"), state_ids=ids)
-    cache.replaced(spark, folded, rewritten=rewritten, read_version=read)
+    keep = trim_condition(horizons)
+    tiles = {
+        row["stateId"]: (int(row["tiles"]), int(row["beyond"]))
+        for row in folded.groupBy("stateId")
+        .agg(F.count(F.lit(1)).alias("tiles"), F.sum(F.when(keep, 0).otherwise(1)).alias("beyond"))
+        .collect()
+    }
+    rows = rows_per_state(spark, path, read, ids)
+    due = sorted(s for s, (n, beyond) in tiles.items() if beyond > 0 or rows.get(s, 0) >= FOLD_GAIN * n)
+    if not due:
+        release(folded)
+        return
+    rewritten = F.col("stateId").isin(*due)
+    if len(due) < len(tiles) or any(tiles[s][1] for s in due):
+        written = materialize(folded.where(rewritten & keep))
+        release(folded)
+    else:
+        written = folded
+    compact_tiles(tiles_to_table(written), path, tag=run.tag("state-compact"), state_ids=due)
+    cache.replaced(spark, written, rewritten=rewritten, read_version=read)
 
 
 def compact_cooldown_memory(run: BatchRun, cache: TableCache, horizon_ms: int) -> None:
@@ -163,9 +193,24 @@ def rewrite_memory(spark: SparkSession, path: str, cache: TableCache, *, keep: C
     """The cooldown memory rewritten from the engine's cache (loaded at the table's newest version unless it holds
     it): folded, one row per rule and key, only the rows matching ``keep``, over the table in one commit; the cache
     then holds what was written. Retention drops old rows with it, state maintenance a forgotten rule's (a DELETE
-    would scan the table's files, write deletion vectors and reconstruct the snapshot: about twice the cost)."""
+    would scan the table's files, write deletion vectors and reconstruct the snapshot: about twice the cost).
+    Nothing is written when no row is dropped and folding would not halve the table's rows (``FOLD_GAIN``)."""
     read = table_version(spark, path)
     cache.ensure(spark, read)
-    kept = materialize(fold_memory(cache.frame()).where(keep).withColumn("updatedAt", F.current_timestamp()))
+    folded = materialize(fold_memory(cache.frame()).withColumn("updatedAt", F.current_timestamp()))
+    counts = folded.agg(F.count(F.lit(1)).alias("n"), F.sum(F.when(keep, 0).otherwise(1)).alias("dropped")).first()
+    pairs, dropped = (int(counts["n"]), int(counts["dropped"] or 0)) if counts else (0, 0)
+    if not dropped and (not pairs or _row_count(spark, path, read) < FOLD_GAIN * pairs):
+        release(folded)
+        return
+    kept = folded
+    if dropped:
+        kept = materialize(folded.where(keep))
+        release(folded)
     compact_memory(kept, path, tag=tag)
     cache.reset(spark, kept, written_version=read + 1)
+
+
+def _row_count(spark: SparkSession, path: str, version: int) -> int:
+    """Rows of a table at ``version`` (Delta answers from its files' statistics)."""
+    return spark.read.format("delta").option("versionAsOf", version).load(path).count()

@@ -1,0 +1,92 @@
+"""Retention rewrites a state (or the cooldown memory) only when it saves something: a tile (or a memory row) beyond
+the horizon to drop, or rows that folding at least halves (``pipelines.engine.retention.FOLD_GAIN``). A step with
+neither commits nothing, and the alerts stay the reference evaluator's.
+
+Three batches with every retention step on every batch: batch 0 (nothing to fold or trim: no rewrite), batch 1 in
+the same minute for the same payers (the state's rows double: folded), batch 2 a month later (every earlier tile and
+memory row is beyond its horizon: trimmed).
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from delta.tables import DeltaTable
+from engine_fixtures import alerts_by_id, make_rule, put_rules, raw_frame
+from lakehouse_template import fresh_lakehouse
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from reference_evaluator import RefBatch, evaluate
+
+from delta_tables.bucket_state import TILE_KEY
+from delta_tables.idempotent import CommitTag
+from pipelines.base.settings import Settings
+from pipelines.engine.batch_handler import BatchHandler
+from pipelines.engine.keys import encode_key
+
+T0 = 1_700_006_400_000  # a minute's start
+MONTH_MS = 31 * 24 * 3600 * 1000
+
+
+def _batch(n: int, start_ms: int) -> list[dict[str, Any]]:
+    """Twelve payments of three payers within one minute from ``start_ms``."""
+    return [
+        {
+            "transactionId": f"b{n}-{i:02d}",
+            "eventTime": start_ms + i * 4_000,
+            "payerId": i % 3,
+            "paymentAmount": Decimal(10 + 7 * i) + Decimal("0.25"),
+            "paymentType": "CRD",
+        }
+        for i in range(12)
+    ]
+
+
+def _writes(spark: SparkSession, path: str) -> list[tuple[int, str]]:
+    history = DeltaTable.forPath(spark, path).history().orderBy("version")
+    tags = [CommitTag.parse(r["userMetadata"]) for r in history.collect()]
+    return [(t.batch_id, t.write) for t in tags if t is not None]
+
+
+def test_retention_rewrites_only_what_folding_or_trimming_saves(spark: SparkSession, settings: Settings) -> None:
+    settings = settings.model_copy(update={"engine": settings.engine.model_copy(update={"retention_every_batches": 1})})
+    fresh_lakehouse(spark, settings)
+    rule = make_rule(1, limit=40, windowMinutes=2, cooldownMinutes=1)
+    put_rules(spark, settings, [rule])
+    batches = [_batch(0, T0), _batch(1, T0 + 2_000), _batch(2, T0 + MONTH_MS)]
+    state_path, memory_path = settings.table_path("bucket_state"), settings.table_path("alert_cooldown")
+    state_rows: list[tuple[int, int]] = []  # after each batch: (rows, distinct tiles)
+    for batch_id, records in enumerate(batches):
+        handler = BatchHandler(settings, app_id="retention-rewrites", report=lambda line: None)
+        handler.process(raw_frame(spark, records), batch_id)
+        state = spark.read.format("delta").load(state_path)
+        state_rows.append((state.count(), state.select(*TILE_KEY).distinct().count()))
+
+    # Batch 0 appended one row per tile: no rewrite. Batch 1 doubled the rows of the same tiles: folded back to
+    # one a tile. Batch 2: the earlier tiles are beyond the horizon: dropped, one row a tile of batch 2 left.
+    assert _writes(spark, state_path) == [
+        (0, "state"),
+        (1, "state"),
+        (1, "state-compact"),
+        (2, "state"),
+        (2, "state-compact"),
+    ]
+    rows0, tiles0 = state_rows[0]
+    assert rows0 == tiles0 > 0
+    assert state_rows[1] == (tiles0, tiles0)  # the same tiles, folded
+    assert state_rows[2] == (tiles0, tiles0)  # batch 2's tiles alone
+    oldest = spark.read.format("delta").load(state_path).agg(F.min("bucketStart")).first()
+    assert oldest is not None and oldest[0] >= T0 + MONTH_MS - 24 * 3600 * 1000  # its day tile at the latest
+
+    # The cooldown memory: a row per alerting payer in batch 0, none in batch 1 (within the cooldown), and in
+    # batch 2 the month-old rows dropped (beyond the longest cooldown), which is the only rewrite.
+    assert _writes(spark, memory_path) == [(0, "cooldown"), (2, "cooldown"), (2, "cooldown-compact")]
+    memory = spark.read.format("delta").load(memory_path)
+    assert memory.where(F.col("lastAlertTimeMs") < T0 + MONTH_MS).count() == 0
+    assert memory.count() > 0
+
+    refs = [RefBatch(rules=[rule], transactions=records) for records in batches]
+    expected = {(a.rule_id, a.transaction_id): (encode_key(a.key), a.aggregate_value) for a in evaluate(refs)}
+    assert alerts_by_id(spark, settings) == expected
+    assert {transaction for _, transaction in expected} & {r["transactionId"] for r in batches[1]} == set()
