@@ -57,8 +57,8 @@ def test_retention_rewrites_only_what_folding_or_trimming_saves(spark: SparkSess
     batches = [_batch(0, T0), _batch(1, T0 + 2_000), _batch(2, T0 + MONTH_MS)]
     state_path, memory_path = settings.table_path("bucket_state"), settings.table_path("alert_cooldown")
     state_rows: list[tuple[int, int]] = []  # after each batch: (rows, distinct tiles)
+    handler = BatchHandler(settings, app_id="retention-rewrites", report=lambda line: None)
     for batch_id, records in enumerate(batches):
-        handler = BatchHandler(settings, app_id="retention-rewrites", report=lambda line: None)
         handler.process(raw_frame(spark, records), batch_id)
         state = spark.read.format("delta").load(state_path)
         state_rows.append((state.count(), state.select(*TILE_KEY).distinct().count()))
