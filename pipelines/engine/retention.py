@@ -168,7 +168,8 @@ def compact_state_tiles(run: BatchRun, cache: TableCache, horizons: dict[str, in
         .agg(F.count(F.lit(1)).alias("tiles"), F.sum(F.when(keep, 0).otherwise(1)).alias("beyond"))
         .collect()
     }
-    rows = rows_per_state(spark, path, read, ids)
+    untrimmed = [s for s, (_, beyond) in tiles.items() if not beyond]  # the others are due: no count needed
+    rows = rows_per_state(spark, path, read, untrimmed) if untrimmed else {}
     due = sorted(s for s, (n, beyond) in tiles.items() if beyond > 0 or rows.get(s, 0) >= FOLD_GAIN * n)
     if not due:
         release(folded)
