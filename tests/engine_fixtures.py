@@ -7,11 +7,12 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
+from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, StringType
 
-from delta_tables.idempotent import table_version
+from delta_tables.idempotent import CommitTag, table_version
 from delta_tables.rules_seed import put_rule_rows
 from pipelines.base.settings import Settings
 from pipelines.engine.parse_transactions import RAW_SCHEMA
@@ -79,6 +80,13 @@ def alerts_by_id(spark: SparkSession, settings: Settings) -> dict[tuple[int, str
     frame = spark.read.format("delta").load(settings.table_path("alerts"))
     rows = frame.select("ruleId", "transactionId", "keyValue", "aggregateValue").collect()
     return {(r["ruleId"], r["transactionId"]): (r["keyValue"], r["aggregateValue"]) for r in rows}
+
+
+def tagged_writes(spark: SparkSession, path: str) -> list[tuple[int, str]]:
+    """(batch id, write) of each tagged commit of a Delta table, oldest first: which of the engine's writes landed."""
+    history = DeltaTable.forPath(spark, path).history().orderBy("version")
+    tags = [CommitTag.parse(r["userMetadata"]) for r in history.collect()]
+    return [(t.batch_id, t.write) for t in tags if t is not None]
 
 
 def table_rows(spark: SparkSession, path: str, *, drop: Sequence[str] = ()) -> list[tuple[Any, ...]]:

@@ -13,8 +13,16 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from delta.tables import DeltaTable
-from engine_fixtures import alerts_by_id, folded_state, independent_tiles, make_rule, put_rules, raw_frame, table_rows
+from engine_fixtures import (
+    alerts_by_id,
+    folded_state,
+    independent_tiles,
+    make_rule,
+    put_rules,
+    raw_frame,
+    table_rows,
+    tagged_writes,
+)
 from lakehouse_template import fresh_lakehouse
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -22,7 +30,7 @@ from reference_evaluator import RefBatch, evaluate
 
 import pipelines.engine.batch_handler as batch_handler
 import pipelines.engine.retention as retention
-from delta_tables.idempotent import CommitTag, table_version
+from delta_tables.idempotent import table_version
 from pipelines.base.settings import Settings
 from pipelines.engine.batch_handler import BatchHandler
 from pipelines.engine.keys import encode_key
@@ -132,9 +140,7 @@ def test_replayed_batches_have_exactly_once_effects(
 
     # One commit per write and batch, whatever the attempts: a replay skipped the writes already committed.
     def writes(name: str) -> list[tuple[int, str]]:
-        history = DeltaTable.forPath(spark, settings.table_path(name)).history().orderBy("version")
-        tags = [CommitTag.parse(r["userMetadata"]) for r in history.collect()]
-        return [(t.batch_id, t.write) for t in tags if t is not None]
+        return tagged_writes(spark, settings.table_path(name))
 
     assert writes("bronze_transactions") == [(0, "bronze"), (1, "bronze"), (2, "bronze")]
     assert writes("batch_log") == [(0, "batch-log"), (1, "batch-log"), (2, "batch-log")]

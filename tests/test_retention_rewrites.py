@@ -12,15 +12,13 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-from delta.tables import DeltaTable
-from engine_fixtures import alerts_by_id, make_rule, put_rules, raw_frame
+from engine_fixtures import alerts_by_id, make_rule, put_rules, raw_frame, tagged_writes
 from lakehouse_template import fresh_lakehouse
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from reference_evaluator import RefBatch, evaluate
 
 from delta_tables.bucket_state import TILE_KEY
-from delta_tables.idempotent import CommitTag
 from pipelines.base.settings import Settings
 from pipelines.engine.batch_handler import BatchHandler
 from pipelines.engine.keys import encode_key
@@ -43,12 +41,6 @@ def _batch(n: int, start_ms: int) -> list[dict[str, Any]]:
     ]
 
 
-def _writes(spark: SparkSession, path: str) -> list[tuple[int, str]]:
-    history = DeltaTable.forPath(spark, path).history().orderBy("version")
-    tags = [CommitTag.parse(r["userMetadata"]) for r in history.collect()]
-    return [(t.batch_id, t.write) for t in tags if t is not None]
-
-
 def test_retention_rewrites_only_what_folding_or_trimming_saves(spark: SparkSession, settings: Settings) -> None:
     settings = settings.model_copy(update={"engine": settings.engine.model_copy(update={"retention_every_batches": 1})})
     fresh_lakehouse(spark, settings)
@@ -65,7 +57,7 @@ def test_retention_rewrites_only_what_folding_or_trimming_saves(spark: SparkSess
 
     # Batch 0 appended one row per tile: no rewrite. Batch 1 doubled the rows of the same tiles: folded back to
     # one a tile. Batch 2: the earlier tiles are beyond the horizon: dropped, one row a tile of batch 2 left.
-    assert _writes(spark, state_path) == [
+    assert tagged_writes(spark, state_path) == [
         (0, "state"),
         (1, "state"),
         (1, "state-compact"),
@@ -81,7 +73,7 @@ def test_retention_rewrites_only_what_folding_or_trimming_saves(spark: SparkSess
 
     # The cooldown memory: a row per alerting payer in batch 0, none in batch 1 (within the cooldown), and in
     # batch 2 the month-old rows dropped (beyond the longest cooldown), which is the only rewrite.
-    assert _writes(spark, memory_path) == [(0, "cooldown"), (2, "cooldown"), (2, "cooldown-compact")]
+    assert tagged_writes(spark, memory_path) == [(0, "cooldown"), (2, "cooldown"), (2, "cooldown-compact")]
     memory = spark.read.format("delta").load(memory_path)
     assert memory.where(F.col("lastAlertTimeMs") < T0 + MONTH_MS).count() == 0
     assert memory.count() > 0
