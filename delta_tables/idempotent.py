@@ -153,6 +153,38 @@ def table_file_count(spark: SparkSession, path: str, version: int | None = None)
         return None
 
 
+def file_row_counts(
+    spark: SparkSession, path: str, version: int, column: str | None = None
+) -> list[tuple[str | None, int]] | None:
+    """Each data file of the table at ``path`` at ``version`` as (its value of partition column ``column``, or None
+    without one; its rows), from the newest version's checksum file: for a table of few files (up to 50:
+    ``allFilesInCrc.thresholdNumFiles``) Delta lists them there with their statistics. No Spark job, where a count
+    is one (a read of the log and the Parquet footers, and Delta's snapshot state for the scan: ~0.6-0.9 s on a small
+    table). None where it is not known (``version`` is not the newest, no checksum or no file list in it, a file
+    without a row count, no JVM access): the caller counts with Spark."""
+    try:
+        snapshot = _newest_snapshot(spark, path)
+        if int(snapshot.version()) != version:
+            return None
+        checksum = snapshot.checksumOpt()
+        files = checksum.get().allFiles() if checksum.isDefined() else None
+        if files is None or not files.isDefined():
+            return None
+        found: list[tuple[str | None, int]] = []
+        listed = files.get().iterator()
+        while listed.hasNext():
+            add = listed.next()
+            rows = add.numLogicalRecords()  # the stats' numRecords less rows a deletion vector removed
+            if not rows.isDefined():
+                return None
+            value = add.partitionValues().get(column) if column is not None else None
+            text = value.get() if value is not None and value.isDefined() else None  # Scala Option of the value
+            found.append((None if text is None else str(text), int(rows.get())))
+        return found
+    except Exception:  # no fast path: unknown
+        return None
+
+
 def batch_commits(spark: SparkSession, path: str, app_id: str, batch_id: int, *, newest: int = 64) -> list[CommitTag]:
     """The tags of ``app_id``'s batch ``batch_id`` among the table's newest commits.
 

@@ -1,5 +1,5 @@
 """Delta on the real local session: a MERGE round trip with its metrics, idempotent `init`, and what a table's
-checksum tells without a query (``table_file_count``)."""
+checksum tells without a query (``table_file_count``, ``file_row_counts``)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,13 @@ from pathlib import Path
 
 from delta.tables import DeltaTable
 from lakehouse_template import fresh_lakehouse
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from delta_tables.catalog import all_tables, init_lakehouse
-from delta_tables.idempotent import table_file_count
+from delta_tables.idempotent import file_row_counts, table_file_count
 from pipelines.base.settings import Settings
+from pipelines.base.spark_session import session_confs
 from pipelines.local.smoke import last_operation_metrics
 
 
@@ -84,3 +86,39 @@ def test_the_checksum_file_count_is_known_only_for_the_newest_version(spark: Spa
     DeltaTable.forPath(spark, path).delete()
     assert table_file_count(spark, path, 2) == 0 and spark.read.format("delta").load(path).count() == 0
     assert table_file_count(spark, str(tmp_path / "missing")) is None
+
+
+def test_row_counts_come_from_the_checksum_only_where_it_lists_every_file(spark: SparkSession, tmp_path: Path) -> None:
+    """``file_row_counts`` (retention's fold decision, with no Spark job) equals a count of the table, partition by
+    partition, after appends and a partition overwrite; it is 'not known' (None) for an older version and for a
+    table whose checksum does not list its files (more than Delta's threshold), so the caller counts instead."""
+    path = str(tmp_path / "t")
+
+    def rows(n: int, part: str) -> DataFrame:
+        return spark.range(n).withColumn("p", F.lit(part))
+
+    rows(3, "a").write.format("delta").partitionBy("p").save(path)
+    rows(2, "b").write.format("delta").mode("append").save(path)
+    rows(4, "a").write.format("delta").mode("append").save(path)
+    rows(1, "b").write.format("delta").mode("overwrite").option("replaceWhere", "p = 'b'").save(path)
+
+    def summed(files: list[tuple[str | None, int]] | None) -> dict[str | None, int]:
+        assert files is not None
+        totals: dict[str | None, int] = {}
+        for part, n in files:
+            totals[part] = totals.get(part, 0) + n
+        return totals
+
+    counted = {r["p"]: r["count"] for r in spark.read.format("delta").load(path).groupBy("p").count().collect()}
+    assert counted == {"a": 7, "b": 1}
+    assert summed(file_row_counts(spark, path, 3, "p")) == counted
+    assert summed(file_row_counts(spark, path, 3)) == {None: 8}
+    assert file_row_counts(spark, path, 2, "p") is None  # not the newest version
+    assert file_row_counts(spark, str(tmp_path / "missing"), 0) is None
+
+    many = str(tmp_path / "many")
+    with session_confs(spark, {"spark.databricks.delta.allFilesInCrc.thresholdNumFiles": "2"}):
+        for part in ("a", "b", "c"):
+            rows(1, part).write.format("delta").mode("append").partitionBy("p").save(many)
+    assert table_file_count(spark, many) == 3
+    assert file_row_counts(spark, many, 2, "p") is None  # the checksum no longer lists the files
