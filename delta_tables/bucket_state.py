@@ -34,7 +34,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
-from delta_tables.idempotent import CommitTag, append_tagged, file_row_counts, overwrite_tagged, tagged_dml
+from delta_tables.idempotent import CommitTag, append_tagged, overwrite_tagged, table_row_counts, tagged_dml
 from delta_tables.table_spec import TableSpec, checkpoint_every
 from delta_tables.transaction_types import AGGREGATE_TYPE
 
@@ -169,18 +169,10 @@ def delete_states(spark: SparkSession, path: str, state_ids: Collection[str], *,
 
 def rows_per_state(spark: SparkSession, path: str, version: int, state_ids: Collection[str]) -> dict[str, int]:
     """How many rows each of these states has in the table at ``version`` (states with none are absent): from the
-    version's checksum file where it lists the table's files (``file_row_counts``: no Spark job), else a count over
-    the partitions' Parquet footers, no column read."""
-    files = file_row_counts(spark, path, version, "stateId")
-    if files is not None:
-        wanted, found = set(state_ids), dict[str, int]()
-        for state_id, rows in files:
-            if state_id in wanted and rows:
-                found[state_id] = found.get(state_id, 0) + rows
-        return found
-    table = spark.read.format("delta").option("versionAsOf", version).load(path)
-    counts = table.where(F.col("stateId").isin(*sorted(state_ids))).groupBy("stateId").count().collect()
-    return {row["stateId"]: int(row["count"]) for row in counts}
+    version's checksum where it lists the table's files, else a count over the partitions' Parquet footers
+    (``table_row_counts``)."""
+    counts = table_row_counts(spark, path, version, "stateId", state_ids)
+    return {str(state_id): rows for state_id, rows in counts.items()}
 
 
 def trim_condition(cutoffs: Mapping[str, int]) -> Column:

@@ -20,7 +20,7 @@ Example::
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -144,13 +144,20 @@ def table_file_count(spark: SparkSession, path: str, version: int | None = None)
     know, at the cost of a state reconstruction job. A fresh lakehouse's first micro-batch skips its queries of
     tables known to be empty (0): each is ~1 s of planning, compiling and running in a new JVM."""
     try:
-        snapshot = _newest_snapshot(spark, path)
-        if version is not None and int(snapshot.version()) != version:
-            return None
-        checksum = snapshot.checksumOpt()
-        return int(checksum.get().numFiles()) if checksum.isDefined() else None
+        checksum = _newest_checksum(spark, path, version)
+        return None if checksum is None else int(checksum.numFiles())
     except Exception:  # no fast path: unknown
         return None
+
+
+def _newest_checksum(spark: SparkSession, path: str, version: int | None) -> Any:
+    """The JVM ``VersionChecksum`` of the table's newest version, if that is ``version`` (None: whichever it is) and
+    Delta wrote one; else None. Raises where the JVM ``DeltaLog`` is not reachable."""
+    snapshot = _newest_snapshot(spark, path)
+    if version is not None and int(snapshot.version()) != version:
+        return None
+    checksum = snapshot.checksumOpt()
+    return checksum.get() if checksum.isDefined() else None
 
 
 def file_row_counts(
@@ -163,11 +170,8 @@ def file_row_counts(
     table). None where it is not known (``version`` is not the newest, no checksum or no file list in it, a file
     without a row count, no JVM access): the caller counts with Spark."""
     try:
-        snapshot = _newest_snapshot(spark, path)
-        if int(snapshot.version()) != version:
-            return None
-        checksum = snapshot.checksumOpt()
-        files = checksum.get().allFiles() if checksum.isDefined() else None
+        checksum = _newest_checksum(spark, path, version)
+        files = None if checksum is None else checksum.allFiles()
         if files is None or not files.isDefined():
             return None
         found: list[tuple[str | None, int]] = []
@@ -183,6 +187,29 @@ def file_row_counts(
         return found
     except Exception:  # no fast path: unknown
         return None
+
+
+def table_row_counts(
+    spark: SparkSession, path: str, version: int, column: str | None = None, values: Collection[str] | None = None
+) -> dict[str | None, int]:
+    """Rows of the table at ``path`` at ``version`` per value of partition column ``column`` (None: all under None),
+    only of ``values`` when given; values with no row are absent. From the checksum (``file_row_counts``: no Spark
+    job) where it lists the files, else a Spark count (Delta answers it from the files' statistics)."""
+    wanted = None if values is None else set(values)
+    files = file_row_counts(spark, path, version, column)
+    if files is None:
+        table = spark.read.format("delta").option("versionAsOf", version).load(path)
+        if column is None:
+            files = [(None, table.count())]
+        else:
+            if wanted is not None:
+                table = table.where(F.col(column).isin(*sorted(wanted)))
+            files = [(row[column], int(row["count"])) for row in table.groupBy(column).count().collect()]
+    counts: dict[str | None, int] = {}
+    for value, rows in files:
+        if rows and (wanted is None or value in wanted):
+            counts[value] = counts.get(value, 0) + rows
+    return counts
 
 
 def batch_commits(spark: SparkSession, path: str, app_id: str, batch_id: int, *, newest: int = 64) -> list[CommitTag]:

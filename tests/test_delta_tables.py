@@ -1,5 +1,5 @@
 """Delta on the real local session: a MERGE round trip with its metrics, idempotent `init`, and what a table's
-checksum tells without a query (``table_file_count``, ``file_row_counts``)."""
+checksum tells without a query (``table_file_count``, ``file_row_counts``, ``table_row_counts``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from delta_tables.catalog import all_tables, init_lakehouse
-from delta_tables.idempotent import file_row_counts, table_file_count
+from delta_tables.idempotent import file_row_counts, table_file_count, table_row_counts
 from pipelines.base.settings import Settings
 from pipelines.base.spark_session import session_confs
 from pipelines.local.smoke import last_operation_metrics
@@ -114,6 +114,8 @@ def test_row_counts_come_from_the_checksum_only_where_it_lists_every_file(spark:
     assert summed(file_row_counts(spark, path, 3, "p")) == counted
     assert summed(file_row_counts(spark, path, 3)) == {None: 8}
     assert file_row_counts(spark, path, 2, "p") is None  # not the newest version
+    assert table_row_counts(spark, path, 3, "p", ["a"]) == {"a": 7}
+    assert table_row_counts(spark, path, 2, "p") == {"a": 7, "b": 2}  # counted by Spark at version 2
     assert file_row_counts(spark, str(tmp_path / "missing"), 0) is None
 
     many = str(tmp_path / "many")
@@ -122,3 +124,5 @@ def test_row_counts_come_from_the_checksum_only_where_it_lists_every_file(spark:
             rows(1, part).write.format("delta").mode("append").partitionBy("p").save(many)
     assert table_file_count(spark, many) == 3
     assert file_row_counts(spark, many, 2, "p") is None  # the checksum no longer lists the files
+    assert table_row_counts(spark, many, 2, "p", ["a", "c"]) == {"a": 1, "c": 1}
+    assert table_row_counts(spark, many, 2) == {None: 3}

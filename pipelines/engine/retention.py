@@ -34,7 +34,7 @@ from pyspark.sql import functions as F
 
 from delta_tables.alert_cooldown import compact_memory, fold_memory
 from delta_tables.bucket_state import compact_tiles, fold_tiles, rows_per_state, trim_condition
-from delta_tables.idempotent import CommitTag, file_row_counts, table_version
+from delta_tables.idempotent import CommitTag, table_row_counts, table_version
 from delta_tables.table_maintenance import compact_small_files
 from pipelines.engine.batch_run import BatchRun
 from pipelines.engine.evaluate import reach_buckets
@@ -201,7 +201,7 @@ def rewrite_memory(spark: SparkSession, path: str, cache: TableCache, *, keep: C
     folded = materialize(fold_memory(cache.frame()).withColumn("updatedAt", F.current_timestamp()))
     counts = folded.agg(F.count(F.lit(1)).alias("n"), F.sum(F.when(keep, 0).otherwise(1)).alias("dropped")).first()
     pairs, dropped = (int(counts["n"]), int(counts["dropped"] or 0)) if counts else (0, 0)
-    if not dropped and (not pairs or _row_count(spark, path, read) < FOLD_GAIN * pairs):
+    if not dropped and (not pairs or sum(table_row_counts(spark, path, read).values()) < FOLD_GAIN * pairs):
         release(folded)
         return
     kept = folded
@@ -210,12 +210,3 @@ def rewrite_memory(spark: SparkSession, path: str, cache: TableCache, *, keep: C
         release(folded)
     compact_memory(kept, path, tag=tag)
     cache.reset(spark, kept, written_version=read + 1)
-
-
-def _row_count(spark: SparkSession, path: str, version: int) -> int:
-    """Rows of a table at ``version``: from the version's checksum file where it lists the table's files
-    (``file_row_counts``: no Spark job), else a count (Delta answers from its files' statistics)."""
-    files = file_row_counts(spark, path, version)
-    if files is not None:
-        return sum(rows for _, rows in files)
-    return spark.read.format("delta").option("versionAsOf", version).load(path).count()
