@@ -23,8 +23,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from delta_tables.idempotent import CommitTag, append_tagged, table_file_count
+from delta_tables.idempotent import CommitTag, append_tagged
 from delta_tables.local_rows import local_frame
+from delta_tables.table_snapshot import table_file_count
 from delta_tables.table_spec import TableSpec, checkpoint_every
 
 BATCH_LOG_SCHEMA = StructType(

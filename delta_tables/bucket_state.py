@@ -34,7 +34,8 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
-from delta_tables.idempotent import CommitTag, append_tagged, overwrite_tagged, table_row_counts, tagged_dml
+from delta_tables.idempotent import CommitTag, append_tagged, overwrite_tagged, tagged_dml
+from delta_tables.table_snapshot import table_row_counts
 from delta_tables.table_spec import TableSpec, checkpoint_every
 from delta_tables.transaction_types import AGGREGATE_TYPE
 

@@ -26,7 +26,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from delta_tables.catalog import all_tables
-from delta_tables.idempotent import table_file_count
+from delta_tables.table_snapshot import table_file_count
 from delta_tables.table_spec import RETENTION_PROPERTY, retention_interval
 from pipelines.base.runtime_env import on_databricks
 from pipelines.base.settings import Settings

@@ -12,8 +12,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, StringType
 
-from delta_tables.idempotent import CommitTag, table_version
+from delta_tables.idempotent import CommitTag
 from delta_tables.rules_seed import put_rule_rows
+from delta_tables.table_snapshot import table_version
 from pipelines.base.settings import Settings
 from pipelines.engine.parse_transactions import RAW_SCHEMA
 from rules_cdc.rule_model import Rule, RuleState

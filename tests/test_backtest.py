@@ -27,7 +27,7 @@ from reference_evaluator import RefAlert, RefBatch, evaluate
 from rules_cdc_support import write_conf
 
 from delta_tables.catalog import all_tables
-from delta_tables.idempotent import table_version
+from delta_tables.table_snapshot import table_version
 from pipelines.base.settings import Settings
 from pipelines.cli import main
 from pipelines.engine.backtest import BACKTEST_COLUMNS, backtest_per_day, backtest_rule, parse_instant_ms

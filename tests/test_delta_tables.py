@@ -11,7 +11,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from delta_tables.catalog import all_tables, init_lakehouse
-from delta_tables.idempotent import file_row_counts, table_file_count, table_row_counts
+from delta_tables.table_snapshot import file_row_counts, table_file_count, table_row_counts
 from pipelines.base.settings import Settings
 from pipelines.base.spark_session import session_confs
 from pipelines.local.smoke import last_operation_metrics

@@ -38,7 +38,7 @@ from lakehouse_template import fresh_lakehouse
 from pyspark.sql import SparkSession
 from reference_evaluator import RefBatch, evaluate
 
-from delta_tables.idempotent import table_version
+from delta_tables.table_snapshot import table_version
 from pipelines.base.settings import Settings
 from pipelines.engine import table_cache
 from pipelines.engine.batch_handler import BatchHandler

@@ -1,7 +1,7 @@
 """A fresh lakehouse's first micro-batch takes the shortcuts its empty tables allow, and later batches do not.
 
 On a fresh lakehouse the bucket state, the cooldown memory and the state registry have no data file (their newest
-checksum says so: ``idempotent.table_file_count``). The first batch then starts the engine's caches of the two
+checksum says so: ``table_snapshot.table_file_count``). The first batch then starts the engine's caches of the two
 tables from an empty RDD instead of scanning them (the caches must still have the hash layout by (state, key) the
 evaluation's joins rely on) and appends the first registry instead of overwriting an empty table. A later batch
 whose rules need a new state overwrites the registry as before. Alerts equal the reference evaluator's throughout.

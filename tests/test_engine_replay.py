@@ -30,7 +30,7 @@ from reference_evaluator import RefBatch, evaluate
 
 import pipelines.engine.batch_handler as batch_handler
 import pipelines.engine.retention as retention
-from delta_tables.idempotent import table_version
+from delta_tables.table_snapshot import table_version
 from pipelines.base.settings import Settings
 from pipelines.engine.batch_handler import BatchHandler
 from pipelines.engine.keys import encode_key

@@ -39,7 +39,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 from rules_cdc_support import cli, write_conf
 
-from delta_tables.idempotent import table_version
+from delta_tables.table_snapshot import table_version
 from pipelines.base.kafka_clients import ensure_topics
 from pipelines.base.settings import REPO_ROOT, Settings
 from pipelines.dashboard.alerts_tail import TailedAlert, TailOptions, format_alert, tail_alerts

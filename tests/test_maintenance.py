@@ -12,7 +12,7 @@ from lakehouse_template import fresh_lakehouse
 from pyspark.sql import SparkSession
 
 from delta_tables.catalog import all_tables
-from delta_tables.idempotent import table_file_count
+from delta_tables.table_snapshot import table_file_count
 from delta_tables.table_spec import create_table
 from pipelines.base.settings import REPO_ROOT, Settings
 from pipelines.cli import main

@@ -13,9 +13,9 @@ import datetime as dt
 from lakehouse_template import fresh_lakehouse
 from pyspark.sql import SparkSession
 
-from delta_tables.idempotent import table_version
 from delta_tables.local_rows import local_frame
 from delta_tables.rule_states import RULE_STATES_SCHEMA, replace_registry
+from delta_tables.table_snapshot import table_version
 from pipelines.base.settings import Settings
 from pipelines.engine.states import RegistryEntry, RulesCache, read_registry
 

@@ -36,7 +36,8 @@ from pyspark.sql import functions as F
 from delta_tables.alert_cooldown import fold_memory
 from delta_tables.batch_log import log_batch, previous_batch
 from delta_tables.bucket_state import TILE_COLUMNS, fold_tiles
-from delta_tables.idempotent import append_tagged, files_for, table_version
+from delta_tables.idempotent import append_tagged, files_for
+from delta_tables.table_snapshot import table_version
 from pipelines.base.settings import Settings
 from pipelines.base.spark_session import session_confs
 from pipelines.engine.batch_evaluation import Evaluated, batch_latency, evaluate_batch, take_over_appends

@@ -34,8 +34,9 @@ from pyspark.sql import functions as F
 
 from delta_tables.alert_cooldown import compact_memory, fold_memory
 from delta_tables.bucket_state import compact_tiles, fold_tiles, rows_per_state, trim_condition
-from delta_tables.idempotent import CommitTag, table_row_counts, table_version
+from delta_tables.idempotent import CommitTag
 from delta_tables.table_maintenance import compact_small_files
+from delta_tables.table_snapshot import table_row_counts, table_version
 from pipelines.engine.batch_run import BatchRun
 from pipelines.engine.evaluate import reach_buckets
 from pipelines.engine.lookback import with_coordinates

@@ -24,7 +24,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from delta_tables.alerts import is_shadow, live_alerts, shadow_alerts
-from delta_tables.idempotent import table_version
+from delta_tables.table_snapshot import table_version
 from pipelines.base.settings import Settings
 from pipelines.engine.alert_rows import alert_json
 from pipelines.engine.latency import ALERT_PREFIX, EVALUATED_PREFIX, format_triple, latency_triple

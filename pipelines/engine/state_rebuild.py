@@ -29,9 +29,9 @@ from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 
 from delta_tables.bucket_state import append_tiles, compact_tiles, delete_states, with_batch_columns
-from delta_tables.idempotent import table_version
 from delta_tables.local_rows import local_frame
 from delta_tables.rule_states import RULE_STATES_SCHEMA, replace_registry
+from delta_tables.table_snapshot import table_version
 from pipelines.base.settings import Settings
 from pipelines.engine.backfill import backfill_tiles
 from pipelines.engine.recovery import Attempt, EnginePaths, Pins

@@ -22,7 +22,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from delta_tables.idempotent import table_file_count, table_version
+from delta_tables.table_snapshot import table_file_count, table_version
 from pipelines.base.settings import TransactionSchema
 from rules_cdc.filter_expr import All, AnyOf, Leaf, Not
 from rules_cdc.rule_model import COUNT_FIELD, Rule, RuleState

@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 
 from pyspark.sql import Column, DataFrame, SparkSession
 
-from delta_tables.idempotent import table_file_count, table_version
+from delta_tables.table_snapshot import table_file_count, table_version
 
 log = logging.getLogger(__name__)
 MAX_FRAMES = 12
