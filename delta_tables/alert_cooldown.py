@@ -1,9 +1,10 @@
 """Alert cooldown memory: per (rule, key) the latest event time of an *emitted* alert.
 
 A rule with ``cooldownMinutes = C`` suppresses an alert for a transaction at ``t`` when its pair has an earlier
-emitted alert at ``t_a`` with ``t < t_a + C``. Rows live while the rule id is live: when its id leaves the rules
-in force, and on the retention cadence to drop rows older than any possible cooldown, the engine writes the table
-over from its cache without those rows (``compact_memory``; ``pipelines.engine.retention.rewrite_memory``).
+emitted alert at ``t_a`` with ``t < t_a + C``. A rule's memory lives while its id is in force: when the id comes
+back into force after leaving it, and on the retention cadence to drop rows older than any possible cooldown, the
+engine writes the table over from its cache without those rows (``compact_memory``;
+``pipelines.engine.retention.rewrite_memory``; ``pipelines.engine.state_rebuild.forget_memory``).
 
 Example::
 

@@ -66,8 +66,9 @@ def test_replayed_batches_have_exactly_once_effects(
     fresh_lakehouse(spark, settings)
     # Batch 1 dies after its state maintenance (the backfill of r3's new state), then (re-run) after its alerts
     # append, which runs beside the bronze, state and cooldown appends; one crash per attempt. Batch 2 dies after
-    # its maintenance: r2's state dropped and r3's (window widened) rebuilt, both in one commit.
-    crashes = {1: ["maintenance", "alerts"], 2: ["maintenance"]}
+    # its maintenance: r2's state dropped and r3's (window widened) rebuilt, both in one commit. Batch 3 dies after its
+    # maintenance: r2 back in force, its state backfilled and its cooldown memory from before it left forgotten.
+    crashes = {1: ["maintenance", "alerts"], 2: ["maintenance"], 3: ["maintenance"]}
     armed: list[tuple[str, int]] = []
 
     def crash_point(point: str, batch_id: int) -> None:
@@ -80,7 +81,8 @@ def test_replayed_batches_have_exactly_once_effects(
     # commit is one of the writes that must happen once (tests/test_retention_rewrites.py: when it is skipped).
     monkeypatch.setattr(retention, "FOLD_GAIN", 1)
     r1 = make_rule(1, limit=40, windowMinutes=2, cooldownMinutes=1)
-    r2 = make_rule(2, groupingKeyNames=[], aggregatorFunctionType="COUNT", limit=5, windowMinutes=1)
+    # r2's cooldown outlasts its absence: its memory of batch 1 would suppress its alerts of batch 3 if it were kept
+    r2 = make_rule(2, groupingKeyNames=[], aggregatorFunctionType="COUNT", limit=5, windowMinutes=1, cooldownMinutes=9)
     r3 = make_rule(
         3,
         aggregatorFunctionType="MAX",
@@ -89,8 +91,9 @@ def test_replayed_batches_have_exactly_once_effects(
         filter={"field": "paymentType", "op": "EQUAL", "value": "CRD"},
     )
     r3_wide = r3.model_copy(update={"window_minutes": 10})
-    # r3 is new in batch 1: a new state, backfilled from batch 0's bronze; in batch 2 r2 is gone and r3 wider
-    timeline = [[r1, r2], [r1, r2, r3], [r1, r3_wide]]
+    # r3 is new in batch 1: a new state, backfilled from batch 0's bronze; in batch 2 r2 is gone and r3 wider; in
+    # batch 3 r2 is back
+    timeline = [[r1, r2], [r1, r2, r3], [r1, r3_wide], [r1, r2, r3_wide]]
     refs = []
     for batch_id, live in enumerate(timeline):
         put_rules(spark, settings, live, deleted=[2] if batch_id == 2 else [], tick=batch_id)
@@ -118,19 +121,20 @@ def test_replayed_batches_have_exactly_once_effects(
 
     expected = {(a.rule_id, a.transaction_id): (encode_key(a.key), a.aggregate_value) for a in evaluate(refs)}
     assert alerts_by_id(spark, settings) == expected
+    assert any(rule == 2 and tx.startswith("b3-") for rule, tx in expected)  # r2 back: its old memory forgotten
     alerts = spark.read.format("delta").load(settings.table_path("alerts"))
     assert alerts.count() == len(expected)
 
     bronze = spark.read.format("delta").load(settings.table_path("bronze_transactions"))
-    assert bronze.count() == bronze.select("transactionId").distinct().count() == 36
+    assert bronze.count() == bronze.select("transactionId").distinct().count() == 48
 
     # The state holds every transaction exactly once: it equals the tiles computed from the transactions.
-    records = [*_batch(0), *_batch(1), *_batch(2)]
-    assert folded_state(spark, settings) == independent_tiles(records, [r1, r3_wide])
+    records = [*_batch(0), *_batch(1), *_batch(2), *_batch(3)]
+    assert folded_state(spark, settings) == independent_tiles(records, [r1, r2, r3_wide])
 
-    # Cooldown memory = the latest alert per (rule, key) of the rules still live (r2's memory went with it).
+    # Cooldown memory = the latest alert per (rule, key), r2's only since it came back (its earlier memory went).
     last = (
-        alerts.where(F.col("ruleId") != 2)
+        alerts.where((F.col("ruleId") != 2) | (F.col("batchId") == 3))
         .groupBy("ruleId", "keyValue")
         .agg(F.max(F.unix_millis("eventTime")).alias("t"))
     )
@@ -142,11 +146,12 @@ def test_replayed_batches_have_exactly_once_effects(
     def writes(name: str) -> list[tuple[int, str]]:
         return tagged_writes(spark, settings.table_path(name))
 
-    assert writes("bronze_transactions") == [(0, "bronze"), (1, "bronze"), (2, "bronze")]
-    assert writes("batch_log") == [(0, "batch-log"), (1, "batch-log"), (2, "batch-log")]
+    assert writes("bronze_transactions") == [(0, "bronze"), (1, "bronze"), (2, "bronze"), (3, "bronze")]
+    assert writes("batch_log") == [(0, "batch-log"), (1, "batch-log"), (2, "batch-log"), (3, "batch-log")]
     # batch 0's tiles, the backfill of r3's new state (batch 1's maintenance), batch 1's tiles, and the retention step
     # that falls on batch 1 (one state's tiles compacted: pipelines.engine.retention.retention_steps), once; batch 2's
-    # maintenance (r2's state dropped, r3's rebuilt for its wider window) in one commit, once, then its tiles
+    # maintenance (r2's state dropped, r3's rebuilt for its wider window) in one commit, once, then its tiles; batch 3's
+    # backfill of r2's state, back, once, then its tiles
     assert writes("bucket_state") == [
         (0, "state"),
         (1, "state-backfill"),
@@ -154,7 +159,16 @@ def test_replayed_batches_have_exactly_once_effects(
         (1, "state-compact"),
         (2, "state-replace"),
         (2, "state"),
+        (3, "state-backfill"),
+        (3, "state"),
     ]
-    assert writes("alerts") == [(0, "alerts"), (1, "alerts"), (2, "alerts")]
-    assert writes("alert_cooldown") == [(0, "cooldown"), (1, "cooldown"), (2, "cooldown-forget"), (2, "cooldown")]
+    assert writes("alerts") == [(0, "alerts"), (1, "alerts"), (2, "alerts"), (3, "alerts")]
+    # r2 leaving in batch 2 writes nothing to the memory; its return in batch 3 forgets its rows of before, once
+    assert writes("alert_cooldown") == [
+        (0, "cooldown"),
+        (1, "cooldown"),
+        (2, "cooldown"),
+        (3, "cooldown-forget"),
+        (3, "cooldown"),
+    ]
     assert table_rows(spark, settings.table_path("quarantine")) == []

@@ -50,7 +50,7 @@ from pipelines.engine.lookback import COORDINATES, with_coordinates
 from pipelines.engine.parse_transactions import bronze_rows, flag_duplicates, parse_raw, quarantine_rows
 from pipelines.engine.recovery import BATCH_LOG_WRITE, Attempt, EnginePaths, Pins
 from pipelines.engine.retention import retention_steps, run_retention
-from pipelines.engine.state_rebuild import forgotten_rule_ids, maintain_states, needs_maintenance
+from pipelines.engine.state_rebuild import maintain_states, needs_maintenance, returning_rule_ids
 from pipelines.engine.states import RulesCache, StateSpec, plan_states, states_of
 from pipelines.engine.table_cache import TableCache, kept, release
 from pipelines.engine.units import (
@@ -240,12 +240,12 @@ class BatchHandler:
             if previous_rules != pins.rules
             else {r.rule.rule_id for s in states for r in s.rules}
         )
-        forgotten = forgotten_rule_ids(previous_live, states)
+        returning = returning_rule_ids(previous_live, states)
         plan = plan_states(states, self._rules.registry(spark, pins.registry))
-        if needs_maintenance(plan, forgotten):
+        if needs_maintenance(plan, returning):
             caches = (self._state, self._memory)
             maintain_states(
-                spark, self.settings, self._rules, attempt, pins, states, forgotten=forgotten, caches=caches
+                spark, self.settings, self._rules, attempt, pins, states, returning=returning, caches=caches
             )
             crash_point("maintenance", attempt.batch_id)
         ready = pins.evaluating(

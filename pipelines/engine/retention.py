@@ -194,7 +194,7 @@ def compact_cooldown_memory(run: BatchRun, cache: TableCache, horizon_ms: int) -
 def rewrite_memory(spark: SparkSession, path: str, cache: TableCache, *, keep: Column, tag: CommitTag) -> None:
     """The cooldown memory rewritten from the engine's cache (loaded at the table's newest version unless it holds
     it): folded, one row per rule and key, only the rows matching ``keep``, over the table in one commit; the cache
-    then holds what was written. Retention drops old rows with it, state maintenance a forgotten rule's (a DELETE
+    then holds what was written. Retention drops old rows with it, state maintenance a returning rule's (a DELETE
     would scan the table's files, write deletion vectors and reconstruct the snapshot: about twice the cost).
     Nothing is written when no row is dropped and folding would not halve the table's rows (``FOLD_GAIN``)."""
     read = table_version(spark, path)

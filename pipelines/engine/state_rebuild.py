@@ -4,20 +4,27 @@ When the rules pinned for a batch need other states than the registry (``rule_st
 drops the states no live rule reads and those whose widest window grew (retention may have dropped buckets they
 now need), backfills new and rebuilt states from bronze as if their rules had always existed (a drop and a backfill
 in the same batch are one ``replaceWhere`` commit of the states' partitions, ``STATE_REPLACE``), forgets the cooldown
-memory of rule ids that left the rules in force, and records the new registry. Each write is tagged with the
-batch (``delta_tables.idempotent``) and skipped when an earlier attempt of the batch committed it; the plan is
-computed from the pinned rules, registry and bronze versions, so a replay redoes exactly the missing writes.
+memory of rule ids that come back into force after leaving it, and records the new registry. Each write is tagged
+with the batch (``delta_tables.idempotent``) and skipped when an earlier attempt of the batch committed it; the plan
+is computed from the pinned rules, registry and bronze versions, so a replay redoes exactly the missing writes.
 
 The engine's caches of the bucket state and the cooldown memory follow these writes (dropped states' rows filtered
 out of the cache and the rest folded; the backfilled tiles taken as an appended frame; a forgotten rule's memory
 removed by writing the cache's folded rows without it over the table, ``retention.rewrite_memory``) instead of
-reloading both tables from Delta
-after a rule change: a reload is a snapshot reconstruction and a scan and fold of the whole table.
+reloading both tables from Delta after a rule change: a reload is a snapshot reconstruction and a scan and fold of
+the whole table.
+
+The contract keeps a rule's cooldown memory while its id is in force and forgets it when the id leaves. No batch
+reads the memory of a rule out of force, so the rows stay in the table while it is out (retention's age horizon
+drops them if it never comes back), and the forgetting is done when the id comes back: the batch that has it in
+force again, and not the batch before, removes its rows written before this batch (``returning_rule_ids``). A rule
+deleted or disabled for good costs no memory write, and a new id has nothing to forget (a rewrite of the memory on
+each departure cost ~1.5-2 s of a 40-row batch: an overwrite, Delta's snapshot reconstruction for it, a fold).
 
 Example::
 
-    if needs_maintenance(plan, forgotten):
-        maintain_states(spark, settings, rules_cache, attempt, pins, states, forgotten=forgotten, caches=caches)
+    if needs_maintenance(plan, returning):
+        maintain_states(spark, settings, rules_cache, attempt, pins, states, returning=returning, caches=caches)
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 
 from delta_tables.bucket_state import append_tiles, compact_tiles, delete_states, with_batch_columns
+from delta_tables.idempotent import CommitTag
 from delta_tables.local_rows import local_frame
 from delta_tables.rule_states import RULE_STATES_SCHEMA, replace_registry
 from delta_tables.table_snapshot import table_version
@@ -52,14 +60,28 @@ def _listed(column: str, values: Sequence[object]) -> Column:
     return F.array_contains(F.lit(list(values)), F.col(column))
 
 
-def forgotten_rule_ids(previous_live: Collection[int] | None, states: Sequence[StateSpec]) -> set[int]:
-    """Rule ids live in the previous batch and not in this one: their cooldown memory goes."""
-    live = {r.rule.rule_id for s in states for r in s.rules}
-    return set(previous_live or ()) - live
+def returning_rule_ids(previous_live: Collection[int] | None, states: Sequence[StateSpec]) -> set[int]:
+    """Rule ids in force in this batch and not in the previous one (none before the lakehouse's first batch): new
+    ids, and ids back after leaving, whose cooldown memory from before goes (``forget_memory``)."""
+    if previous_live is None:
+        return set()
+    return {r.rule.rule_id for s in states for r in s.rules} - set(previous_live)
 
 
-def needs_maintenance(plan: StatePlan, forgotten: Collection[int]) -> bool:
-    return plan.has_work or bool(forgotten)
+def needs_maintenance(plan: StatePlan, returning: Collection[int]) -> bool:
+    return plan.has_work or bool(returning)
+
+
+def forget_memory(
+    spark: SparkSession, path: str, cache: TableCache, rule_ids: Collection[int], *, batch_id: int, tag: CommitTag
+) -> None:
+    """Remove the cooldown memory the rules ``rule_ids`` left when they went out of force: their rows of batches
+    before ``batch_id`` (a replay of this batch may find its own appended rows of these rules: those stay). Nothing
+    is written when there are none (a new rule id), which one small job over the cached memory tells."""
+    stale = _listed("ruleId", sorted(int(r) for r in rule_ids)) & (F.col("lastBatchId") < F.lit(batch_id))
+    cache.ensure(spark, table_version(spark, path))
+    if cache.frame().where(stale).limit(1).count():
+        rewrite_memory(spark, path, cache, keep=~stale, tag=tag)
 
 
 def maintain_states(
@@ -70,7 +92,7 @@ def maintain_states(
     pins: Pins,
     states: Sequence[StateSpec],
     *,
-    forgotten: Collection[int],
+    returning: Collection[int],
     caches: StateCaches,
 ) -> None:
     """Apply the batch's state changes; each write is skipped when an earlier attempt committed it. ``caches`` (the
@@ -124,10 +146,9 @@ def maintain_states(
         read = table_version(spark, paths.bucket_state)
         delete_states(spark, paths.bucket_state, gone, tag=attempt.tag("state-drop", pins))
         state_cache.deleted(spark, removed=_listed("stateId", sorted(gone)), read_version=read)
-    if forgotten and not attempt.done("cooldown-forget"):
-        forgotten_rows = _listed("ruleId", sorted(int(r) for r in forgotten))
+    if returning and not attempt.done("cooldown-forget"):
         tag = attempt.tag("cooldown-forget", pins)
-        rewrite_memory(spark, paths.alert_cooldown, memory_cache, keep=~forgotten_rows, tag=tag)
+        forget_memory(spark, paths.alert_cooldown, memory_cache, returning, batch_id=batch_id, tag=tag)
     if (plan.windows or plan.dropped) and not attempt.done("registry"):
         now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
         entries = {
