@@ -172,3 +172,31 @@ def test_replayed_batches_have_exactly_once_effects(
         (3, "cooldown"),
     ]
     assert table_rows(spark, settings.table_path("quarantine")) == []
+
+
+def test_a_rule_back_under_a_new_checkpoint_forgets_the_memory_it_left(spark: SparkSession, settings: Settings) -> None:
+    # A new checkpoint numbers its micro-batches from 0 again and continues from the lakehouse's last batch: r2 (every
+    # transaction a candidate, a 60-minute cooldown) alerts in batch 0 of the first checkpoint and leaves in batch 1;
+    # back in batch 0 of a second checkpoint, its memory of the first batch 0 must be gone, whatever its batch id.
+    fresh_lakehouse(spark, settings)
+    r1 = make_rule(1, limit=40, windowMinutes=2)
+    r2 = make_rule(
+        2,
+        groupingKeyNames=[],
+        aggregatorFunctionType="COUNT",
+        limitOperatorType="GREATER_EQUAL",
+        limit=1,
+        windowMinutes=1,
+        cooldownMinutes=60,
+    )
+    runs = [("engine-first", 0, [r1, r2]), ("engine-first", 1, [r1]), ("engine-second", 0, [r1, r2])]
+    refs = []
+    for tick, (app, batch_id, live) in enumerate(runs):
+        put_rules(spark, settings, live, deleted=[2] if r2 not in live else [], tick=tick)
+        refs.append(RefBatch(rules=live, transactions=_batch(tick)))
+        BatchHandler(settings, app_id=app, report=lambda line: None).process(raw_frame(spark, _batch(tick)), batch_id)
+
+    expected = {(a.rule_id, a.transaction_id): (encode_key(a.key), a.aggregate_value) for a in evaluate(refs)}
+    assert (2, "b0-00") in expected and (2, "b2-00") in expected  # back: it alerts at once
+    assert alerts_by_id(spark, settings) == expected
+    assert tagged_writes(spark, settings.table_path("alert_cooldown"))[-2:] == [(0, "cooldown-forget"), (0, "cooldown")]

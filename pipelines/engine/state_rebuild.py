@@ -17,7 +17,7 @@ the whole table.
 The contract keeps a rule's cooldown memory while its id is in force and forgets it when the id leaves. No batch
 reads the memory of a rule out of force, so the rows stay in the table while it is out (retention's age horizon
 drops them if it never comes back), and the forgetting is done when the id comes back: the batch that has it in
-force again, and not the batch before, removes its rows written before this batch (``returning_rule_ids``). A rule
+force again, and not the batch before, removes its rows (``returning_rule_ids``, ``forget_memory``). A rule
 deleted or disabled for good costs no memory write, and a new id has nothing to forget (a rewrite of the memory on
 each departure cost ~1.5-2 s of a 40-row batch: an overwrite, Delta's snapshot reconstruction for it, a fold).
 
@@ -73,12 +73,14 @@ def needs_maintenance(plan: StatePlan, returning: Collection[int]) -> bool:
 
 
 def forget_memory(
-    spark: SparkSession, path: str, cache: TableCache, rule_ids: Collection[int], *, batch_id: int, tag: CommitTag
+    spark: SparkSession, path: str, cache: TableCache, rule_ids: Collection[int], *, tag: CommitTag
 ) -> None:
-    """Remove the cooldown memory the rules ``rule_ids`` left when they went out of force: their rows of batches
-    before ``batch_id`` (a replay of this batch may find its own appended rows of these rules: those stay). Nothing
-    is written when there are none (a new rule id), which one small job over the cached memory tells."""
-    stale = _listed("ruleId", sorted(int(r) for r in rule_ids)) & (F.col("lastBatchId") < F.lit(batch_id))
+    """Remove the cooldown memory the rules ``rule_ids`` left when they went out of force: all their rows, since
+    none is of this batch (its own cooldown append comes after maintenance and carries the evaluating pins, so a
+    replay that finds it committed skips maintenance: ``Attempt.recover``; batch ids are no guard, a new checkpoint
+    starts them again at 0). Nothing is written when there are none (a new rule id), which one small job over the
+    cached memory tells."""
+    stale = _listed("ruleId", sorted(int(r) for r in rule_ids))
     cache.ensure(spark, table_version(spark, path))
     if cache.frame().where(stale).limit(1).count():
         rewrite_memory(spark, path, cache, keep=~stale, tag=tag)
@@ -148,7 +150,7 @@ def maintain_states(
         state_cache.deleted(spark, removed=_listed("stateId", sorted(gone)), read_version=read)
     if returning and not attempt.done("cooldown-forget"):
         tag = attempt.tag("cooldown-forget", pins)
-        forget_memory(spark, paths.alert_cooldown, memory_cache, returning, batch_id=batch_id, tag=tag)
+        forget_memory(spark, paths.alert_cooldown, memory_cache, returning, tag=tag)
     if (plan.windows or plan.dropped) and not attempt.done("registry"):
         now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
         entries = {
