@@ -22,11 +22,12 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from delta_tables.arrow_reads import table_rows_at
 from delta_tables.table_snapshot import table_file_count, table_version
 from pipelines.base.settings import TransactionSchema
 from rules_cdc.filter_expr import All, AnyOf, Leaf, Not
 from rules_cdc.rule_model import COUNT_FIELD, Rule, RuleState
-from rules_cdc.rule_rows import live_rules, rule_from_row, rule_snapshot_json
+from rules_cdc.rule_rows import LIVE_STATES, live_rules, rule_from_row, rule_snapshot_json
 
 log = logging.getLogger(__name__)
 
@@ -123,10 +124,17 @@ def read_live_rules(spark: SparkSession, path: str, *, version: int, schema: Tra
     skipped."""
     if table_file_count(spark, path, version) == 0:
         return []
-    frame = live_rules(spark.read.format("delta").option("versionAsOf", version).load(path))
+    # Rules, not transactions: a few hundred rows at most, read on the driver where it can (no Spark job).
+    rows = table_rows_at(path, version=version)
+    if rows is None:
+        rows = [
+            r.asDict()
+            for r in live_rules(spark.read.format("delta").option("versionAsOf", version).load(path)).collect()
+        ]
     rules: list[LiveRule] = []
-    for row in frame.collect():  # rules, not transactions: a few hundred rows at most
-        data = row.asDict()
+    for data in rows:
+        if data["ruleState"] not in LIVE_STATES:
+            continue
         try:
             rule = rule_from_row(data)
             rule.check_against(schema)
@@ -163,9 +171,12 @@ def read_registry(spark: SparkSession, path: str, *, version: int) -> dict[str, 
     """The state registry at ``version`` (one small row per state)."""
     if table_file_count(spark, path, version) == 0:
         return {}
-    frame = spark.read.format("delta").option("versionAsOf", version).load(path)
     columns = ("stateId", "windowMinutes", "createdBatchId", "updatedBatchId")
-    return {row["stateId"]: RegistryEntry(*(row[c] for c in columns)) for row in frame.select(*columns).collect()}
+    rows = table_rows_at(path, version=version, columns=columns)  # on the driver where it can (no Spark job)
+    if rows is None:
+        frame = spark.read.format("delta").option("versionAsOf", version).load(path)
+        rows = [r.asDict() for r in frame.select(*columns).collect()]
+    return {row["stateId"]: RegistryEntry(*(row[c] for c in columns)) for row in rows}
 
 
 def plan_states(states: Sequence[StateSpec], registry: Mapping[str, RegistryEntry]) -> StatePlan:
