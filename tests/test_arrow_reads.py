@@ -56,10 +56,12 @@ def test_the_rules_table_reads_as_spark_reads_it_at_every_version(
     newest = table_version(spark, path)
     for version in range(newest + 1):
         assert _arrow_rows(path, version) == _spark_rows(spark, path, version), version
-    fast = [read_live_rules(spark, path, version=v, schema=settings.transaction_schema) for v in range(newest + 1)]
+    # The live rules as the engine reads them, at r2's tombstone and at the newest version, either way
+    versions = (newest - 1, newest)
+    fast = [read_live_rules(spark, path, version=v, schema=settings.transaction_schema) for v in versions]
     monkeypatch.setattr(states, "table_rows_at", lambda *args, **kwargs: None)  # Spark only
-    slow = [read_live_rules(spark, path, version=v, schema=settings.transaction_schema) for v in range(newest + 1)]
-    assert fast == slow and [r.rule.rule_id for r in fast[-1]] == [1, 2, 3]
+    slow = [read_live_rules(spark, path, version=v, schema=settings.transaction_schema) for v in versions]
+    assert fast == slow and [[r.rule.rule_id for r in live] for live in fast] == [[1], [1, 2, 3]]
 
 
 def test_an_older_release_table_lacks_the_newer_column_at_its_older_versions(
