@@ -1,4 +1,5 @@
-"""A small Delta table's rows at a version, read on the driver without a Spark job (delta-rs, into Arrow).
+"""A small Delta table's rows at a version, as dicts: on the driver with delta-rs where it reads what Spark would,
+else with Spark.
 
 The engine reads two small tables at a pinned version on a micro-batch's path: the rules table (at each new version,
 i.e. after every rule change, and once in a fresh engine) and the state registry. A Spark read of a table version
@@ -6,15 +7,16 @@ it has not read yet reconstructs the snapshot's state from the log (a Spark job)
 0.5-0.75 s on two warm cores for a table of a few rows, seconds in a fresh JVM. The ``deltalake`` library (delta-rs,
 the console's reader) replays the same log and reads the same files in ~5 ms.
 
-It answers only where it reads what Spark would: a table on the local file system (a path without a scheme, or
-``file:``; an object store's credentials are Spark's Hadoop configuration, not delta-rs's), with the library
-installed, and whose reader features delta-rs has — the rules table and the registry use none (no deletion
-vectors, no column mapping); delta-rs refuses a table with a reader feature it lacks. Anything else, and any error,
-answers None: the caller reads with Spark, as before.
+delta-rs reads only where it reads what Spark would: a table on this machine's disk (``table_spec.local_folder``:
+an object store's credentials are Spark's Hadoop configuration, and Databricks' local-looking paths are no plain
+disks), with the library installed, and whose reader features delta-rs has — the rules table and the registry use
+none (no deletion vectors, no column mapping); delta-rs refuses a table with a reader feature it lacks. Anything
+else, and any error, reads with Spark. Either way the values are Python's; timestamps differ (delta-rs gives
+UTC-aware datetimes, Spark naive local ones), which the engine's readers do not use.
 
 Example::
 
-    rows = table_rows_at(settings.table_path("rules"), version=12)   # list of dicts, or None: ask Spark
+    rows = table_rows(spark, settings.table_path("rules"), version=12)
 """
 
 from __future__ import annotations
@@ -22,28 +24,40 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from typing import Any
-from urllib.parse import urlparse
+
+from pyspark.sql import SparkSession
+
+from delta_tables.table_spec import local_folder
 
 log = logging.getLogger(__name__)
 
 
-def is_local_path(path: str) -> bool:
-    """A path on this machine's file system: no scheme (``/lake/rules``) or ``file:``."""
-    return urlparse(path).scheme in ("", "file")
+def table_rows(
+    spark: SparkSession, path: str, *, version: int, columns: Sequence[str] | None = None
+) -> list[dict[str, Any]]:
+    """The rows of the Delta table at ``path`` at ``version`` (only ``columns`` when given; a column the table lacks
+    at that version is absent from the rows): delta-rs where it applies (``table_rows_at``), else a Spark read."""
+    rows = table_rows_at(path, version=version, columns=columns)
+    if rows is not None:
+        return rows
+    frame = spark.read.format("delta").option("versionAsOf", version).load(path)
+    if columns is not None:
+        frame = frame.select(*[c for c in columns if c in frame.columns])
+    return [row.asDict() for row in frame.collect()]
 
 
 def table_rows_at(path: str, *, version: int, columns: Sequence[str] | None = None) -> list[dict[str, Any]] | None:
-    """The rows of the Delta table at ``path`` at ``version`` (only ``columns`` when given; a column the table lacks
-    at that version is absent from the rows), as dicts of Python values; None where this path does not apply (not a
-    local table, no ``deltalake``, a reader feature it lacks, any error): the caller then reads with Spark."""
-    if not is_local_path(path):
+    """``table_rows`` read by delta-rs on the driver; None where that does not apply (not a table on this machine's
+    disk, no ``deltalake``, a reader feature it lacks, any error)."""
+    folder = local_folder(path)
+    if folder is None:
         return None
     try:
         from deltalake import DeltaTable
     except ImportError:  # an install without the console's extra: Spark reads it
         return None
     try:
-        table = DeltaTable(urlparse(path).path if path.startswith("file:") else path, version=version)
+        table = DeltaTable(str(folder), version=version)
         present = {field.name for field in table.schema().fields}
         wanted = None if columns is None else [c for c in columns if c in present]
         rows: list[dict[str, Any]] = table.to_pyarrow_table(columns=wanted).to_pylist()

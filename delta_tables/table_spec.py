@@ -250,7 +250,7 @@ def _quoted(path: str) -> str:
     return "`" + path.replace("`", "``") + "`"
 
 
-def _local_folder(path: str) -> Path | None:
+def local_folder(path: str) -> Path | None:
     """The folder of a table on this machine's disk (a plain path or a ``file:`` URI); None elsewhere."""
     if on_databricks():
         return None  # its paths look local (/Volumes, /dbfs) but are not plain disks; its log store is safe
@@ -263,7 +263,7 @@ def _local_folder(path: str) -> Path | None:
 @contextmanager
 def _creation_lock(path: str) -> Iterator[None]:
     """Exclusive to one creator of ``path`` at a time on this machine (local lakehouses); nothing elsewhere."""
-    folder = _local_folder(path)
+    folder = local_folder(path)
     if folder is None:
         yield
         return

@@ -18,12 +18,12 @@ from lakehouse_template import fresh_lakehouse
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from delta_tables import arrow_reads
 from delta_tables.arrow_reads import table_rows_at
 from delta_tables.rules import RULES
 from delta_tables.table_snapshot import table_version
 from delta_tables.table_spec import add_missing_columns
 from pipelines.base.settings import Settings
-from pipelines.engine import states
 from pipelines.engine.states import read_live_rules, read_registry
 
 
@@ -59,7 +59,7 @@ def test_the_rules_table_reads_as_spark_reads_it_at_every_version(
     # The live rules as the engine reads them, at r2's tombstone and at the newest version, either way
     versions = (newest - 1, newest)
     fast = [read_live_rules(spark, path, version=v, schema=settings.transaction_schema) for v in versions]
-    monkeypatch.setattr(states, "table_rows_at", lambda *args, **kwargs: None)  # Spark only
+    monkeypatch.setattr(arrow_reads, "table_rows_at", lambda *args, **kwargs: None)  # Spark only
     slow = [read_live_rules(spark, path, version=v, schema=settings.transaction_schema) for v in versions]
     assert fast == slow and [[r.rule.rule_id for r in live] for live in fast] == [[1], [1, 2, 3]]
 
@@ -92,7 +92,7 @@ def test_the_registry_reads_as_spark_reads_it(
     )
     version = table_version(spark, path)
     fast = read_registry(spark, path, version=version)
-    monkeypatch.setattr(states, "table_rows_at", lambda *args, **kwargs: None)
+    monkeypatch.setattr(arrow_reads, "table_rows_at", lambda *args, **kwargs: None)
     assert fast == read_registry(spark, path, version=version) and sorted(fast) == ["s-1", "s-2"]
 
 

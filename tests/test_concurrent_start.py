@@ -99,7 +99,7 @@ def test_without_the_local_lock_a_lost_race_is_retried_and_the_winners_table_acc
     spark: SparkSession, settings: Settings, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     # As on cloud storage (no file lock there): only the optimistic retries stand between the two writers.
-    monkeypatch.setattr(table_spec, "_local_folder", lambda path: None, raising=False)
+    monkeypatch.setattr(table_spec, "local_folder", lambda path: None)
     caplog.set_level(logging.INFO, logger=table_spec.__name__)
     assert _race_jobs_init(spark, settings, ROUNDS) == []
     assert "another writer" in caplog.text  # the race did happen, and was taken

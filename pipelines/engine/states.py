@@ -22,12 +22,12 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from delta_tables.arrow_reads import table_rows_at
+from delta_tables.arrow_reads import table_rows
 from delta_tables.table_snapshot import table_file_count, table_version
 from pipelines.base.settings import TransactionSchema
 from rules_cdc.filter_expr import All, AnyOf, Leaf, Not
 from rules_cdc.rule_model import COUNT_FIELD, Rule, RuleState
-from rules_cdc.rule_rows import LIVE_STATES, live_rules, rule_from_row, rule_snapshot_json
+from rules_cdc.rule_rows import LIVE_STATES, rule_from_row, rule_snapshot_json
 
 log = logging.getLogger(__name__)
 
@@ -124,15 +124,8 @@ def read_live_rules(spark: SparkSession, path: str, *, version: int, schema: Tra
     skipped."""
     if table_file_count(spark, path, version) == 0:
         return []
-    # Rules, not transactions: a few hundred rows at most, read on the driver where it can (no Spark job).
-    rows = table_rows_at(path, version=version)
-    if rows is None:
-        rows = [
-            r.asDict()
-            for r in live_rules(spark.read.format("delta").option("versionAsOf", version).load(path)).collect()
-        ]
     rules: list[LiveRule] = []
-    for data in rows:
+    for data in table_rows(spark, path, version=version):  # rules, not transactions: a few hundred rows at most
         if data["ruleState"] not in LIVE_STATES:
             continue
         try:
@@ -172,10 +165,7 @@ def read_registry(spark: SparkSession, path: str, *, version: int) -> dict[str, 
     if table_file_count(spark, path, version) == 0:
         return {}
     columns = ("stateId", "windowMinutes", "createdBatchId", "updatedBatchId")
-    rows = table_rows_at(path, version=version, columns=columns)  # on the driver where it can (no Spark job)
-    if rows is None:
-        frame = spark.read.format("delta").option("versionAsOf", version).load(path)
-        rows = [r.asDict() for r in frame.select(*columns).collect()]
+    rows = table_rows(spark, path, version=version, columns=columns)
     return {row["stateId"]: RegistryEntry(*(row[c] for c in columns)) for row in rows}
 
 
