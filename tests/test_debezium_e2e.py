@@ -30,12 +30,11 @@ from typing import Any
 import pytest
 from debezium_support import cdc_settings, own_database, running_connector, topic_records
 from engine_fixtures import json_line
-from polling import wait_for
+from polling import RowsAtNewest, wait_for
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 from reliability_support import record_outcome
-from rules_cdc_support import cli, table_rows, write_conf
+from rules_cdc_support import cli, write_conf
 
 from delta_tables.rules import RULE_CONTENT_COLUMNS
 from pipelines.base.settings import REPO_ROOT, Settings
@@ -70,6 +69,19 @@ class Stack:
     conf: Path
     queries: list[StreamingQuery] = field(default_factory=list)
     refused: set[int] = field(default_factory=set)  # rule ids whose newest DB row the lake rightly refused
+    newest: RowsAtNewest = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.newest = RowsAtNewest(
+            lambda path, version: [
+                r.asDict(recursive=True)
+                for r in self.spark.read.format("delta").option("versionAsOf", version).load(path).collect()
+            ]
+        )
+
+    def rows(self, table: str) -> list[dict[str, Any]]:
+        """A lake table's rows at its newest version (read again only after a new commit: waits poll it)."""
+        return self.newest(self.settings.table_path(table))
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +134,7 @@ def expected_lake(stack: Stack) -> dict[int, dict[str, Any]]:
 
 
 def lake(stack: Stack) -> dict[int, dict[str, Any]]:
-    rows = table_rows(stack.spark, stack.settings, "rules")
+    rows = stack.rows("rules")
     return {r["ruleId"]: r for r in rows if r["ruleId"] != TRUNCATE_MARKER_ID}
 
 
@@ -142,7 +154,7 @@ def lake_matches_db(stack: Stack) -> bool:
 def history_limits(stack: Stack, rule_id: int) -> list[str]:
     """The limits of every applied change of a rule, by source position (the change log)."""
     rows = sorted(
-        (r for r in table_rows(stack.spark, stack.settings, "rule_changes") if r["ruleId"] == rule_id),
+        (r for r in stack.rows("rule_changes") if r["ruleId"] == rule_id),
         key=lambda r: r["sourcePosition"],
     )
     return [json.loads(r["after"])["limit_value"] for r in rows if r["after"]]
@@ -202,7 +214,7 @@ def test_who_approved_and_why_travel_to_the_change_log_and_a_sql_edit_is_unattri
     assert approve(connect, proposal.id, approver="bob", note="ok") == "updated rule 3"
 
     def changes() -> list[dict[str, Any]]:
-        rows = (r for r in table_rows(stack.spark, stack.settings, "rule_changes") if r["ruleId"] == 3)
+        rows = (r for r in stack.rows("rule_changes") if r["ruleId"] == 3)
         return sorted(rows, key=lambda r: r["sourcePosition"])
 
     wait_for("the approved change in the change log", lambda: changes()[-1]["changedBy"] == "alice")
@@ -272,7 +284,7 @@ def test_rows_the_database_accepts_and_the_model_refuses_are_quarantined_and_lis
     stack.refused.update({3, 18})
 
     def rejected() -> list[dict[str, Any]]:
-        rows = [q for q in table_rows(stack.spark, settings, "quarantine") if q["source"] == "rules_cdc"]
+        rows = [q for q in stack.rows("quarantine") if q["source"] == "rules_cdc"]
         return rows if len(rows) >= 2 else []
 
     quarantined = wait_for("two quarantined rule changes", rejected)
@@ -360,7 +372,7 @@ def test_a_truncate_tombstones_every_rule_and_a_later_insert_revives_one(stack: 
     rows = lake(stack)
     assert {i for i, r in rows.items() if r["ruleState"] != "DELETED"} == {3}
     assert rows[3]["ruleName"] == "back after the truncate" and rows[3]["sourceOp"] == "c"
-    marker = next(r for r in table_rows(stack.spark, stack.settings, "rules") if r["ruleId"] == TRUNCATE_MARKER_ID)
+    marker = next(r for r in stack.rows("rules") if r["ruleId"] == TRUNCATE_MARKER_ID)
     assert marker["sourceOp"] == "t" and marker["sourcePosition"] < rows[3]["sourcePosition"]
     assert {rows[i]["sourcePosition"] for i in (1, 2, 7, 8, 17, 19)} == {marker["sourcePosition"]}  # tombstoned at it
 
@@ -397,14 +409,16 @@ class Feeder:
 
 
 def engine_batches(stack: Stack) -> list[dict[str, Any]]:
-    frame = stack.spark.read.format("delta").load(stack.settings.table_path("batch_log"))
-    rows = [r.asDict(recursive=True) for r in frame.where(F.col("job").startswith("engine-")).collect()]
-    return sorted((r for r in rows if int(r["counts"].get("rows", 0)) > 0), key=lambda r: r["batchId"])
+    rows = (
+        r
+        for r in stack.rows("batch_log")
+        if (r["job"] or "").startswith("engine-") and int(r["counts"].get("rows", 0)) > 0
+    )
+    return sorted(rows, key=lambda r: r["batchId"])
 
 
 def rule_alert_batches(stack: Stack, rule_id: int) -> set[int]:
-    frame = stack.spark.read.format("delta").load(stack.settings.table_path("alerts"))
-    return {int(r["batchId"]) for r in frame.where(F.col("ruleId") == rule_id).select("batchId").collect()}
+    return {int(r["batchId"]) for r in stack.rows("alerts") if r["ruleId"] == rule_id}
 
 
 def commit_ms(stack: Stack, version: int) -> int:
@@ -419,7 +433,7 @@ def commit_ms(stack: Stack, version: int) -> int:
 
 def rules_version_with(stack: Stack, rule_id: int, limit: str) -> int | None:
     """The rules-table version whose MERGE applied this rule's limit (from the change log), once applied."""
-    for row in table_rows(stack.spark, stack.settings, "rule_changes"):
+    for row in stack.rows("rule_changes"):
         if row["ruleId"] == rule_id and row["after"] and json.loads(row["after"])["limit_value"] == limit:
             return int(row["rulesVersion"])
     return None
