@@ -17,13 +17,14 @@ from typing import Any
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
+from delta_tables.idempotent import append_tagged
 from delta_tables.local_rows import local_frame
 from delta_tables.rules import RULES_SCHEMA
 from delta_tables.table_snapshot import table_file_count
 
 
 def put_rule_rows(spark: SparkSession, path: str, rows: Sequence[dict[str, Any]]) -> None:
-    """MERGE rules-table rows (RULES_SCHEMA dicts, one per ruleId) as they are: one commit.
+    """Write rules-table rows (RULES_SCHEMA dicts, one per ruleId) as they are, in one commit: a MERGE.
 
     Condition: ``t.ruleId = s.ruleId``. Clauses, in this order: ``whenMatchedUpdateAll`` (the row replaces the
     rule, tombstones included), ``whenNotMatchedInsertAll``. Into a table its newest checksum says is empty (the
@@ -34,7 +35,7 @@ def put_rule_rows(spark: SparkSession, path: str, rows: Sequence[dict[str, Any]]
         return
     source = local_frame(spark, [{f.name: row.get(f.name) for f in RULES_SCHEMA.fields} for row in rows], RULES_SCHEMA)
     if table_file_count(spark, path) == 0:
-        source.write.format("delta").mode("append").save(path)
+        append_tagged(source, path, None, files=1)
         return
     (
         DeltaTable.forPath(spark, path)
