@@ -5,10 +5,13 @@ from __future__ import annotations
 import re
 from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 import pyspark
 from delta.tables import DeltaTable
+from py4j.java_gateway import JavaPackage  # type: ignore[import-untyped]
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from pipelines.base.runtime_env import REPO_ROOT, jar_files
 
@@ -46,3 +49,30 @@ def test_session_runs_delta_sql_and_knows_its_jars(spark: SparkSession, tmp_path
     assert [(h["version"], h["operation"]) for h in history] == [(0, "WRITE"), (1, "DELETE")]
     engine = f"Apache-Spark/{pyspark.__version__} Delta-Lake/{version('delta-spark')}"
     assert all(h["engineInfo"] == engine for h in history), [h["engineInfo"] for h in history]
+
+
+def test_the_gateway_is_asked_once_what_a_class_or_a_static_method_is(spark: SparkSession) -> None:
+    """get_spark makes py4j remember resolved class and static-method names (jvm_classes.remember_jvm_lookups):
+    building a column is then one call to the JVM, not three; a name that is no class (py4j answers a package) is
+    still asked every time."""
+    client = spark.sparkContext._gateway._gateway_client
+    sent: list[str] = []
+    send = client.send_command
+
+    def counting(command: str, *args: Any, **kwargs: Any) -> Any:
+        sent.append(command.split("\n", 1)[0])  # "c": a call, "r": a reflection (lookup)
+        return send(command, *args, **kwargs)
+
+    client.send_command = counting
+    try:
+        F.col("warm") + F.lit(0)  # whichever lookups no earlier code of this process made
+        sent.clear()
+        column = F.col("id") + F.lit(1)
+        assert sent == ["c", "c", "c"], sent  # col, lit, plus: calls only
+        assert spark.range(1).select(column.alias("b")).first()["b"] == 1
+        for _ in range(2):
+            sent.clear()
+            assert isinstance(getattr(spark.sparkContext._jvm, "org.example.NoSuchClass"), JavaPackage)
+            assert sent == ["r"], sent
+    finally:
+        del client.send_command  # the class's method again

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from py4j.java_gateway import JavaClass  # type: ignore[import-untyped]
+from py4j.java_gateway import JavaClass, JavaMember, JVMView  # type: ignore[import-untyped]
 from pyspark.sql import SparkSession
 
 
@@ -25,3 +25,36 @@ def jvm_class(spark: SparkSession, name: str) -> Any:
     (Spark Connect), as ``spark._jvm`` does."""
     gateway: Any = spark.sparkContext._gateway
     return JavaClass(name, gateway._gateway_client)
+
+
+def remember_jvm_lookups() -> None:
+    """Make py4j remember what a class or static-method name resolves to, process-wide (idempotent).
+
+    Every ``F.col``/``F.lit``/``F.when`` of PySpark asks the gateway twice before it calls anything: which class
+    ``org.apache.spark.sql.functions`` is (``JVMView.__getattr__``) and whether ``col`` is a static method of it
+    (``JavaClass.__getattr__``); ``_to_seq`` and friends do the same for ``PythonUtils``. py4j answers each with a
+    round trip and keeps nothing, so building a micro-batch's plans cost ~4,900 round trips, ~40% of them these
+    lookups (cProfile of ``BatchHandler.process``, 2,000-row batches, 20 rules: 19,473 lookups, 4.1 s of 40.7 s over
+    9 batches). A class name resolved to a class, and a class member resolved to a static method or a nested class,
+    never resolve to anything else in a running JVM: each is remembered on the view or class object (its instance
+    attribute), so the next lookup is a plain attribute read. Static field values and unresolved names (packages,
+    errors) are asked every time, as before; so is everything on a fresh gateway (new view and class objects)."""
+    if getattr(JVMView, "_fraudlake_remembers", False):
+        return
+    view_lookup, class_lookup = JVMView.__getattr__, JavaClass.__getattr__
+
+    def view_getattr(self: Any, name: str) -> Any:
+        found = view_lookup(self, name)
+        if isinstance(found, JavaClass):
+            self.__dict__[name] = found
+        return found
+
+    def class_getattr(self: Any, name: str) -> Any:
+        found = class_lookup(self, name)
+        if isinstance(found, JavaMember | JavaClass):
+            self.__dict__[name] = found
+        return found
+
+    JVMView.__getattr__ = view_getattr
+    JavaClass.__getattr__ = class_getattr
+    JVMView._fraudlake_remembers = True

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from pyspark.sql import SparkSession
 
 from pipelines.base.class_archive import driver_options
+from pipelines.base.jvm_classes import remember_jvm_lookups
 from pipelines.base.runtime_env import ensure_java_home, jar_files, on_databricks
 from pipelines.base.settings import Settings
 
@@ -60,6 +61,7 @@ def local_spark_conf(settings: Settings) -> dict[str, str]:
 
 def get_spark(settings: Settings, app_name: str = "fraudlake") -> SparkSession:
     """Return the session to use: Databricks' own one there (nothing fetched), else a configured local one."""
+    remember_jvm_lookups()
     if on_databricks():
         return SparkSession.builder.getOrCreate()
     ensure_java_home()
