@@ -24,7 +24,8 @@ from delta_tables.table_snapshot import table_file_count
 
 
 def put_rule_rows(spark: SparkSession, path: str, rows: Sequence[dict[str, Any]]) -> None:
-    """Write rules-table rows (RULES_SCHEMA dicts, one per ruleId) as they are, in one commit: a MERGE.
+    """Write rules-table rows (RULES_SCHEMA dicts, one per ruleId) as they are, in one commit: a MERGE (an append
+    into an empty table).
 
     Condition: ``t.ruleId = s.ruleId``. Clauses, in this order: ``whenMatchedUpdateAll`` (the row replaces the
     rule, tombstones included), ``whenNotMatchedInsertAll``. Into a table its newest checksum says is empty (the

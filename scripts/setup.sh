@@ -21,11 +21,9 @@ if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$VENV/.fraudlake-stamp" 2>/dev/null)
   uv_env=()
   [ -z "${PIP_CERT:-}" ] || [ -n "${SSL_CERT_FILE:-}" ] || uv_env+=("SSL_CERT_FILE=$PIP_CERT")
   [ -z "${PIP_FIND_LINKS:-}" ] || [ -n "${UV_FIND_LINKS:-}" ] || uv_env+=("UV_FIND_LINKS=$PIP_FIND_LINKS")
-  if "$VENV/bin/python" -m pip install -q -c constraints.txt uv &&
+  if ! { "$VENV/bin/python" -m pip install -q -c constraints.txt uv &&
     env "${uv_env[@]}" "$VENV/bin/python" -m uv pip install -q --python "$VENV/bin/python" -c constraints.txt \
-      -e ".[local,dq,console,dev]"; then
-    :
-  else
+      -e ".[local,dq,console,dev]"; }; then
     echo "setup: uv could not install the packages; pip installs them"
     "$VENV/bin/python" -m pip install -q --upgrade pip
     "$VENV/bin/python" -m pip install -q -c constraints.txt -e ".[local,dq,console,dev]"
