@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -127,6 +128,21 @@ def test_run_keeps_the_pace_and_stops_on_request(tmp_path: Path) -> None:
     noticed = 100 * (returned_at - stopped_at[0])  # records that fell due while the run noticed it and closed
     assert due - noticed - 2 <= sent <= due + 2, (sent, round(due, 1), round(noticed, 1))
     assert all(t <= stopped_at[0] + 0.001 for t in stopping.sent_at[:-1])  # nothing after the stop but one in flight
+
+
+def test_a_slow_first_record_is_not_caught_up_on(tmp_path: Path) -> None:
+    """The schedule starts when the first record is ready: a generator slow to make it (set-up, a loaded machine)
+    does not make the next records go out back to back to catch up."""
+
+    def slow_start() -> Iterator[Transaction]:
+        records = iter(TransactionGenerator(cli_config(3)))
+        time.sleep(0.05)  # ten records' worth at 200/s
+        yield from records
+
+    plan = RatePlan(rate=200)
+    paced = TimedSink(tmp_path / "a")
+    assert run(slow_start(), paced, plan, count=20) == 20
+    _never_early(paced, plan)
 
 
 def test_generate_command_writes_the_seeded_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -138,13 +138,18 @@ def run(
     """Send records to the sink at the plan's pace until ``count`` are sent or ``stop`` is set; return how many.
 
     The sink is flushed every ``flush_every_seconds`` (so a slow stream still lands files) and closed at the end.
+    The schedule starts when the first record is ready: the time to make it (a generator's set-up) is not a delay
+    the next records would catch up on, faster than the pace.
     """
     stop = stop or threading.Event()
-    started = last_flush = last_log = time.monotonic()
+    last_flush = last_log = time.monotonic()
+    started: float | None = None
     sent = 0
     try:
         for record in itertools.islice(records, count):
-            wait = started + plan.due_at(sent) - time.monotonic()
+            now = time.monotonic()
+            started = now if started is None else started
+            wait = started + plan.due_at(sent) - now
             if (wait > 0 and stop.wait(wait)) or stop.is_set():
                 break
             sink.send(record)
