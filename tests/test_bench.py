@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import time
 from dataclasses import replace
 from decimal import Decimal
@@ -14,6 +15,7 @@ from reference_evaluator import RefBatch, evaluate
 
 from pipelines.base.settings import Settings
 from pipelines.bench.engine_runs import BacklogResult
+from pipelines.bench.engine_workload import add_workload_arguments, workload_rules
 from pipelines.bench.floor import FloorResult
 from pipelines.bench.live_floor import run_live_floor
 from pipelines.bench.live_latency import LiveResult
@@ -263,6 +265,15 @@ def test_the_mixed_rule_set_is_ten_of_todays_rules_five_distinct_counts_and_five
     # The relative rules share today's 4 states; the distinct counts add one per filter.
     assert len(states_of([LiveRule(r, None) for r in today])) == 4
     assert len(states_of([LiveRule(r, None) for r in mixed])) == 8
+
+
+def test_the_profilers_take_the_mixed_kinds_as_the_bench_runs_them() -> None:
+    parser = argparse.ArgumentParser()
+    add_workload_arguments(parser)
+    mixed = workload_rules(parser.parse_args(["--kinds", "mixed"]))
+    assert mixed == mixed_rule_set(20, window_minutes=60, states=4, distinct=5, relative=5)
+    today = workload_rules(parser.parse_args(["--alert-share", "0"]))
+    assert today == rule_set(20, window_minutes=60, states=4)
 
 
 def test_the_kinds_scenario_runs_both_rule_sets_on_the_same_backlog(

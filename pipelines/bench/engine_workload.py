@@ -23,17 +23,24 @@ from pyspark.sql import SparkSession
 from pipelines.base.settings import Settings, load_settings
 from pipelines.base.spark_session import get_spark
 from pipelines.bench.engine_runs import lakehouse_for
-from pipelines.bench.workload import Workload, alerting_rule_set, transactions, write_batches
+from pipelines.bench.workload import Workload, alerting_rule_set, mixed_rule_set, transactions, write_batches
 from rules_cdc.rule_model import Rule
 
 
 def add_workload_arguments(parser: argparse.ArgumentParser, *, rows: int = 2000, batches: int = 8) -> None:
-    """``--rows --batches --keys --rules --states --conf``, with the bench's throughput values as defaults."""
+    """``--rows --batches --keys --rules --states --kinds --conf``, with the bench's throughput values as defaults."""
     parser.add_argument("--rows", type=int, default=rows, help="transactions per micro-batch (one landing file each)")
     parser.add_argument("--batches", type=int, default=batches, help="micro-batches (the first warms up)")
     parser.add_argument("--keys", type=int, default=10_000, help="distinct payers")
     parser.add_argument("--rules", type=int, default=20, help="rules, each per payer over 1 hour")
     parser.add_argument("--states", type=int, default=4, help="states the rules share (distinct filters)")
+    parser.add_argument(
+        "--kinds",
+        choices=("today", "mixed"),
+        default="today",
+        help="mixed: the bench's rule-kinds set, a quarter of the rules COUNT_DISTINCT and a quarter relative limits"
+        " (their limits seldom met; compare with today's kinds at --alert-share 0)",
+    )
     parser.add_argument("--conf", action="append", default=[], help="extra Spark conf key=value")
     parser.add_argument(
         "--alert-share",
@@ -73,6 +80,9 @@ def engine_lakehouse(spark: SparkSession, base: Settings, work: Path, args: argp
 
 def workload_rules(args: argparse.Namespace) -> list[Rule]:
     """The rules ``engine_lakehouse`` puts in the rules table."""
+    if args.kinds == "mixed":
+        quarter = args.rules // 4
+        return mixed_rule_set(args.rules, window_minutes=60, states=args.states, distinct=quarter, relative=quarter)
     return alerting_rule_set(
         args.rules, _workload(args), window_minutes=60, states=args.states, alert_share=args.alert_share
     )
