@@ -23,7 +23,7 @@ from pyspark.sql import SparkSession
 from pipelines.base.settings import Settings, load_settings
 from pipelines.base.spark_session import get_spark
 from pipelines.bench.engine_runs import lakehouse_for
-from pipelines.bench.workload import Workload, alerting_rule_set, mixed_rule_set, transactions, write_batches
+from pipelines.bench.workload import KIND_SETS, Workload, alerting_rule_set, kind_rule_set, transactions, write_batches
 from rules_cdc.rule_model import Rule
 
 
@@ -36,8 +36,8 @@ def add_workload_arguments(parser: argparse.ArgumentParser, *, rows: int = 2000,
     parser.add_argument("--states", type=int, default=4, help="states the rules share (distinct filters)")
     parser.add_argument(
         "--kinds",
-        choices=("today", "mixed"),
-        default="today",
+        choices=KIND_SETS,
+        default=KIND_SETS[0],
         help="mixed: the bench's rule-kinds set, a quarter of the rules COUNT_DISTINCT and a quarter relative limits"
         " (their limits seldom met; compare with today's kinds at --alert-share 0)",
     )
@@ -80,9 +80,8 @@ def engine_lakehouse(spark: SparkSession, base: Settings, work: Path, args: argp
 
 def workload_rules(args: argparse.Namespace) -> list[Rule]:
     """The rules ``engine_lakehouse`` puts in the rules table."""
-    if args.kinds == "mixed":
-        quarter = args.rules // 4
-        return mixed_rule_set(args.rules, window_minutes=60, states=args.states, distinct=quarter, relative=quarter)
+    if args.kinds != "today":
+        return kind_rule_set(args.kinds, args.rules, states=args.states)
     return alerting_rule_set(
         args.rules, _workload(args), window_minutes=60, states=args.states, alert_share=args.alert_share
     )

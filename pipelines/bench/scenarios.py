@@ -52,11 +52,11 @@ from pipelines.bench.per_event import PerEventHandler
 from pipelines.bench.sliding_window import SlidingWindowResult, run_sliding_window
 from pipelines.bench.state_size import StateSize, engine_state_mismatches, steady_state_sizes
 from pipelines.bench.workload import (
+    KIND_SETS,
     START_MS,
     Workload,
     alerting_rule_set,
-    mixed_rule_set,
-    rule_set,
+    kind_rule_set,
     transactions,
     write_batches,
 )
@@ -356,10 +356,7 @@ class Runner:
 
     def run_kinds(self) -> None:
         """Today's 20 rules and 20 with 5 COUNT_DISTINCT and 5 relative, on the same backlog, alternated."""
-        sets = {
-            KIND_SETS[0]: rule_set(20, window_minutes=60, states=4),
-            KIND_SETS[1]: mixed_rule_set(20, window_minutes=60, states=4, distinct=5, relative=5),
-        }
+        sets = {name: kind_rule_set(name, 20, states=4) for name in KIND_SETS}
         # Uncounted: a first run of the mixed set compiles every code path of both sets (the JVM's first engine
         # run is far slower than the next ones, which alternating alone does not even out over two rounds).
         if self.plan.kinds_warmup:
@@ -547,8 +544,6 @@ def _broker_for(settings: Settings, folder: Path, *, needed: bool) -> Iterator[S
 
 
 SCENARIOS = ("throughput", "windows", "sharing", "kinds", "baselines", "state", "native", "latency")
-KIND_SETS = ("today", "mixed")
-"""The kinds scenario's rule sets: today's 20 rules, and 20 with 5 COUNT_DISTINCT and 5 relative."""
 
 
 def run_all(

@@ -16,6 +16,7 @@ Example::
     write_batches(rows, Path("/tmp/landing"), batch_size=2_000)     # 5 JSON-lines files
     rules = rule_set(20, window_minutes=60, states=4)
     mixed = mixed_rule_set(20, window_minutes=60, states=4, distinct=5, relative=5)   # 10 of the above + 10 new
+    same = kind_rule_set("mixed", 20, states=4)   # the bench's kinds scenario's name for it
 """
 
 from __future__ import annotations
@@ -277,3 +278,18 @@ def mixed_rule_set(
         rules.append(with_filter(data, i))
         next_id += 1
     return rules
+
+
+KIND_SETS = ("today", "mixed")
+"""The rule-kinds comparison's sets (``kind_rule_set``): today's kinds; a quarter COUNT_DISTINCT, a quarter relative."""
+
+
+def kind_rule_set(name: str, count: int, *, states: int) -> list[Rule]:
+    """One of ``KIND_SETS`` over 1-hour windows: ``rule_set``, or ``mixed_rule_set`` with a quarter of the ``count``
+    rules COUNT_DISTINCT and a quarter relative (20 rules: 10 of today's, 5 and 5)."""
+    if name == "today":
+        return rule_set(count, window_minutes=60, states=states)
+    if name == "mixed":
+        quarter = count // 4
+        return mixed_rule_set(count, window_minutes=60, states=states, distinct=quarter, relative=quarter)
+    raise ValueError(f"unknown rule kinds {name!r}; known: {list(KIND_SETS)}")
