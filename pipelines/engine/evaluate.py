@@ -38,7 +38,7 @@ from pyspark.sql.types import (
 
 from delta_tables.local_rows import local_frame
 from delta_tables.transaction_types import AGGREGATE_TYPE
-from pipelines.engine.lookback import POINT_KEYS, range_aggregates
+from pipelines.engine.lookback import BASELINE_KEYS, NO_BASELINE, POINT_KEYS, range_aggregates
 from pipelines.engine.states import StateSpec
 from pipelines.engine.units import (
     LONG_UNITS,
@@ -265,7 +265,7 @@ RULE_EVALUATION_COLUMNS = ("stateId", "reach", "ruleId", *LIMIT_CHECK_COLUMNS, "
 """What the fan-out of rows to rules carries per (row, rule); the rest of a rule's columns (its snapshot text
 above all) join only the candidates that meet their limit."""
 POINT_COLUMNS = (
-    *POINT_KEYS,
+    *BASELINE_KEYS,  # baselineReach: only the points of a relative evaluation carry it
     "transactionId",
     "eventTime",
     "eventTimeMs",
@@ -279,7 +279,6 @@ POINT_COLUMNS = (
     "distinct",
     "cDistinct",
 )
-_BASELINE_RANGE = {"rSum": "bSum", "rCount": "bCount", "rValueCount": "bValueCount"}
 
 
 def evaluate(
@@ -294,11 +293,11 @@ def evaluate(
     limit (``shadow`` tells a SHADOW rule's candidates).
 
     ``points``: in-time tagged rows with the running columns (values in units), once per distinct ``reach`` of
-    their state's rules; ``ranges``: ``lookback.range_aggregates`` of those points (and, with ``relative``, of the
-    same rows at each baseline's reach); ``rules``: ``rules_frame`` (small, broadcast). ``distinct_cap``: a
-    COUNT_DISTINCT rule is in force (points and ranges carry distinct values). The candidates carry
-    ``aggregateValue`` (and ``baselineValue``, null without a baseline) as decimal(38,6). Cooldowns are applied
-    afterwards (``cooldown``).
+    their state's rules (with ``relative``: per distinct (``reach``, ``baselineReach``), ``NO_BASELINE`` for a rule
+    without); ``ranges``: ``lookback.range_aggregates`` of those points (with ``relative``, ``baseline=True``: the
+    baseline's range too); ``rules``: ``rules_frame`` (small, broadcast). ``distinct_cap``: a COUNT_DISTINCT rule is
+    in force (points and ranges carry distinct values). The candidates carry ``aggregateValue`` (and
+    ``baselineValue``, null without a baseline) as decimal(38,6). Cooldowns are applied afterwards (``cooldown``).
     """
     # Ranges are per (point, reach), not per rule: they are joined to the rows once per reach, then the rows fan
     # out to the rules (a broadcast join, no shuffle). Joining the rules first would move rows x rules (5x more
@@ -306,23 +305,20 @@ def evaluate(
     # (rows x rules): it carries only the columns the limit check needs, and only numbers.
     units = rules.schema["limitFloor"].dataType
     lean = points.select(*[c for c in POINT_COLUMNS if c in points.columns])  # a backtest has no ingestedAt
-    with_ranges = lean.join(ranges.hint("shuffle_hash"), list(POINT_KEYS), "left")  # no sort of either side
+    keys = BASELINE_KEYS if relative else POINT_KEYS
+    with_ranges = lean.join(ranges.hint("shuffle_hash"), list(keys), "left")  # no sort of either side
     rule_columns = [*RULE_EVALUATION_COLUMNS, *(BASELINE_COLUMNS if relative else ())]
     counts = F.col("countsTransactions") | F.col("value").isNotNull()
     if "distinct" in points.columns:
         counts = counts | F.col("distinct").isNotNull()
-    per_rule = with_ranges.join(F.broadcast(rules.select(*rule_columns)), ["stateId", "reach"]).where(counts)
+    fanned = rules.select(*rule_columns)
+    if relative:
+        fanned = fanned.withColumn("baselineReach", _baseline_key())
+    rule_keys = ["stateId", "reach", *(["baselineReach"] if relative else [])]
+    per_rule = with_ranges.join(F.broadcast(fanned), rule_keys).where(counts)
     aggregated = aggregate_units(per_rule, units, distinct_cap=distinct_cap)
     if relative:
-        baseline_ranges = ranges.select(
-            "stateId",
-            "keyValue",
-            "bucket",
-            F.col("reach").alias("baselineReach"),
-            *[F.col(r).alias(b) for r, b in _BASELINE_RANGE.items()],
-        )
-        keys = ["stateId", "keyValue", "bucket", "baselineReach"]
-        aggregated = baseline_units(aggregated.join(baseline_ranges.hint("shuffle_hash"), keys, "left"), units)
+        aggregated = baseline_units(aggregated, units)
         met = aggregated.where(
             F.when(F.col("baselineCode").isNull(), holds(F.col("aggregateUnits"))).otherwise(
                 holds_relative(F.col("aggregateUnits"))
@@ -336,6 +332,11 @@ def evaluate(
     return met.join(F.broadcast(described), "ruleId").withColumn(
         "aggregateValue", units_to_decimal(F.col("aggregateUnits"))
     )
+
+
+def _baseline_key() -> Column:
+    """A rule's ``baselineReach`` as a join key: ``NO_BASELINE`` for a rule without one (null never joins)."""
+    return F.coalesce(F.col("baselineReach"), F.lit(NO_BASELINE).cast("long"))
 
 
 def candidate_alerts(
@@ -352,15 +353,15 @@ def candidate_alerts(
     one evaluation chain. ``running``: rows to evaluate with their running columns (``running_in_bucket``).
     ``distinct_cap``: a COUNT_DISTINCT rule is in force (``engine.distinct_cap``); ``relative``: a rule with a
     baseline is (its ranges are computed at the baseline's reach too)."""
-    reaches = rules.select("stateId", "reach")
+    reaches = rules.select("stateId", "reach", *([_baseline_key().alias("baselineReach")] if relative else []))
     points = running.join(F.broadcast(reaches.distinct()), "stateId")
-    ranged = points.select(*POINT_KEYS)
-    if relative:
-        baselines = rules.where(F.col("baselineReach").isNotNull()).select(
-            "stateId", F.col("baselineReach").alias("reach")
-        )
-        ranged = ranged.unionByName(running.join(F.broadcast(baselines.distinct()), "stateId").select(*POINT_KEYS))
+    keys = BASELINE_KEYS if relative else POINT_KEYS
     ranges = range_aggregates(
-        ranged.distinct(), prior_tiles, batch_tiles, bucket_ms=bucket_ms, distinct_cap=distinct_cap
+        points.select(*keys).distinct(),
+        prior_tiles,
+        batch_tiles,
+        bucket_ms=bucket_ms,
+        distinct_cap=distinct_cap,
+        baseline=relative,
     )
     return evaluate(points, ranges, rules, distinct_cap=distinct_cap, relative=relative)

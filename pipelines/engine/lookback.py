@@ -15,6 +15,10 @@ Prior state and the batch's own tiles are probed together over ``[b - reach, b -
 probed in the prior state only (``priorOnly``), because within the batch the transactions of bucket ``b`` count
 only up to the evaluated one (``evaluate.running_in_bucket``).
 
+A point with a relative limit's ``baselineReach`` (``NO_BASELINE`` without) is probed at both reaches in the same
+join and aggregation (``isBaseline`` tells the probes apart): the rule's range (``r*``) and the baseline's (``b*``)
+come out of one pass over the tiles, not two.
+
 Example::
 
     ranges = range_aggregates(points, prior_tiles, batch_tiles, bucket_ms=60_000)
@@ -29,7 +33,11 @@ from delta_tables.bucket_state import fold_distinct
 from pipelines.engine.buckets import LEVEL_FANOUT, LEVEL_SIZES, TOP_LEVEL, floor_div
 
 POINT_KEYS = ("stateId", "keyValue", "bucket", "reach")
+BASELINE_KEYS = (*POINT_KEYS, "baselineReach")
+"""A point of a relative evaluation: ``baselineReach`` is the baseline's reach, ``NO_BASELINE`` for a rule without."""
+NO_BASELINE = -1
 RANGE_COLUMNS = ("rSum", "rCount", "rValueCount", "rMin", "rMax")
+BASELINE_RANGE_COLUMNS = ("bSum", "bCount", "bValueCount")
 
 
 def _probe(level: int, parent: Column, lo: Column, hi: Column, *, prior_only: bool = False) -> Column:
@@ -42,13 +50,14 @@ def _probe(level: int, parent: Column, lo: Column, hi: Column, *, prior_only: bo
     )
 
 
-def probes(points: DataFrame) -> DataFrame:
-    """One row per non-empty probe of each point: POINT_KEYS + level, parent, lo, hi, priorOnly.
+def probes(points: DataFrame, *, reach: str = "reach", keys: tuple[str, ...] = POINT_KEYS) -> DataFrame:
+    """One row per non-empty probe of each point over its ``reach`` column: ``keys`` + level, parent, lo, hi,
+    priorOnly.
 
     The range limits of each level are computed as columns, one projection per level, so that the plan stays
     linear in the number of levels (nested expressions would be copied at every level).
     """
-    frame = points.withColumns({"_lo0": F.col("bucket") - F.col("reach"), "_hi0": F.col("bucket") - F.lit(1)})
+    frame = points.withColumns({"_lo0": F.col("bucket") - F.col(reach), "_hi0": F.col("bucket") - F.lit(1)})
     items: list[Column] = []
     for level, fan in enumerate(LEVEL_FANOUT):
         lo, hi, first, last = (F.col(f"_{name}{level}") for name in ("lo", "hi", "first", "last"))
@@ -63,8 +72,8 @@ def probes(points: DataFrame) -> DataFrame:
         _probe(0, floor_div(F.col("bucket"), LEVEL_FANOUT[0]), F.col("bucket"), F.col("bucket"), prior_only=True)
     )
     kept = F.filter(F.array(*items), lambda p: p.isNotNull() & (p["lo"] <= p["hi"]))
-    return frame.select(*POINT_KEYS, F.explode(kept).alias("p")).select(
-        *POINT_KEYS,
+    return frame.select(*keys, F.explode(kept).alias("p")).select(
+        *keys,
         F.col("p.level").alias("level"),
         F.col("p.parent").alias("parent"),
         F.col("p.lo").alias("lo"),
@@ -120,10 +129,14 @@ def range_aggregates(
     *,
     bucket_ms: int,
     distinct_cap: int | None = None,
+    baseline: bool = False,
 ) -> DataFrame:
     """Per query point (POINT_KEYS): sum, count, valueCount, min, max over prior buckets ``[b - reach, b]`` and
     the batch's buckets ``[b - reach, b - 1]``; with ``distinct_cap``, also ``rDistinct``, the union of the tiles'
     distinct values (capped). Points with nothing in range are absent (read them as zero).
+
+    With ``baseline``, the points are BASELINE_KEYS and each also gets ``bSum, bCount, bValueCount`` over the same
+    range at its ``baselineReach`` (null for ``NO_BASELINE``), in the same join and aggregation.
 
     A hash join built on the probes, the tiles streamed through it: a sort-merge join would sort the whole state.
     When the tiles are laid out by (state, key) (``buckets.co_partitioned``), only the probes are shuffled.
@@ -132,17 +145,36 @@ def range_aggregates(
     tiles = tile_coordinates(prior_tiles, bucket_ms=bucket_ms, prior=True, distinct=distinct).unionByName(
         tile_coordinates(batch_tiles, bucket_ms=bucket_ms, prior=False, distinct=distinct)
     )
+    keys = BASELINE_KEYS if baseline else POINT_KEYS
+    probed = probes(points, keys=keys)
+    own: Column | None = None  # which probes are the rule's own range (all of them without baselines)
+    if baseline:
+        at_baseline = probes(points.where(F.col("baselineReach") != NO_BASELINE), reach="baselineReach", keys=keys)
+        probed = probed.withColumn("isBaseline", F.lit(False)).unionByName(
+            at_baseline.withColumn("isBaseline", F.lit(True))
+        )
+        own = ~F.col("isBaseline")
     matched = (
-        probes(points)
-        .hint("shuffle_hash")
+        probed.hint("shuffle_hash")
         .join(tiles, ["stateId", "keyValue", "level", "parent"])
         .where(F.col("tile").between(F.col("lo"), F.col("hi")) & (~F.col("priorOnly") | F.col("isPrior")))
     )
-    return matched.groupBy(*POINT_KEYS).agg(
-        F.sum("sum").alias("rSum"),
-        F.sum("count").alias("rCount"),
-        F.sum("valueCount").alias("rValueCount"),
-        F.min("min").alias("rMin"),
-        F.max("max").alias("rMax"),
-        *([fold_distinct(F.col("distinctValues"), distinct_cap).alias("rDistinct")] if distinct_cap else []),
-    )
+
+    def part(column: str, of: Column | None = own) -> Column:
+        return F.col(column) if of is None else F.when(of, F.col(column))
+
+    aggregates = [
+        F.sum(part("sum")).alias("rSum"),
+        F.sum(part("count")).alias("rCount"),
+        F.sum(part("valueCount")).alias("rValueCount"),
+        F.min(part("min")).alias("rMin"),
+        F.max(part("max")).alias("rMax"),
+        *([fold_distinct(part("distinctValues"), distinct_cap).alias("rDistinct")] if distinct_cap else []),
+    ]
+    if baseline:
+        of = F.col("isBaseline")
+        aggregates += [
+            F.sum(part(c, of)).alias(b)
+            for c, b in zip(("sum", "count", "valueCount"), BASELINE_RANGE_COLUMNS, strict=True)
+        ]
+    return matched.groupBy(*keys).agg(*aggregates)
