@@ -335,8 +335,11 @@ def evaluate(
 
 
 def _baseline_key() -> Column:
-    """A rule's ``baselineReach`` as a join key: ``NO_BASELINE`` for a rule without one (null never joins)."""
-    return F.coalesce(F.col("baselineReach"), F.lit(NO_BASELINE).cast("long"))
+    """A rule's ``baselineReach`` as a join key (over the rules frame). A rule without a baseline shares the point
+    of a rule of its (state, reach) that has one (the smallest such reach), whose ``r*`` range is its own too, so the
+    range is not probed twice; ``NO_BASELINE`` when no rule of its (state, reach) has one (null never joins)."""
+    same_reach = Window.partitionBy("stateId", "reach")
+    return F.coalesce(F.col("baselineReach"), F.min("baselineReach").over(same_reach), F.lit(NO_BASELINE).cast("long"))
 
 
 def candidate_alerts(
