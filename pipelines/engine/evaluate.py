@@ -293,11 +293,12 @@ def evaluate(
     limit (``shadow`` tells a SHADOW rule's candidates).
 
     ``points``: in-time tagged rows with the running columns (values in units), once per distinct ``reach`` of
-    their state's rules (with ``relative``: per distinct (``reach``, ``baselineReach``), ``NO_BASELINE`` for a rule
-    without); ``ranges``: ``lookback.range_aggregates`` of those points (with ``relative``, ``baseline=True``: the
-    baseline's range too); ``rules``: ``rules_frame`` (small, broadcast). ``distinct_cap``: a COUNT_DISTINCT rule is
-    in force (points and ranges carry distinct values). The candidates carry ``aggregateValue`` (and
-    ``baselineValue``, null without a baseline) as decimal(38,6). Cooldowns are applied afterwards (``cooldown``).
+    their state's rules (with ``relative``: per distinct (``reach``, ``baselineReach``) of its rules, keyed by
+    ``_baseline_key``); ``ranges``: ``lookback.range_aggregates`` of those points (with ``relative``,
+    ``baseline=True``: the baseline's range too); ``rules``: ``rules_frame`` (small, broadcast). ``distinct_cap``:
+    a COUNT_DISTINCT rule is in force (points and ranges carry distinct values). The candidates carry
+    ``aggregateValue`` (and ``baselineValue``, null without a baseline) as decimal(38,6). Cooldowns are applied
+    afterwards (``cooldown``).
     """
     # Ranges are per (point, reach), not per rule: they are joined to the rows once per reach, then the rows fan
     # out to the rules (a broadcast join, no shuffle). Joining the rules first would move rows x rules (5x more

@@ -34,7 +34,8 @@ from pipelines.engine.buckets import LEVEL_FANOUT, LEVEL_SIZES, TOP_LEVEL, floor
 
 POINT_KEYS = ("stateId", "keyValue", "bucket", "reach")
 BASELINE_KEYS = (*POINT_KEYS, "baselineReach")
-"""A point of a relative evaluation: ``baselineReach`` is the baseline's reach, ``NO_BASELINE`` for a rule without."""
+"""A point of a relative evaluation: ``baselineReach`` is a baseline's reach, ``NO_BASELINE`` for a point whose
+rules have none."""
 NO_BASELINE = -1
 RANGE_COLUMNS = ("rSum", "rCount", "rValueCount", "rMin", "rMax")
 BASELINE_RANGE_COLUMNS = ("bSum", "bCount", "bValueCount")
@@ -161,6 +162,7 @@ def range_aggregates(
     )
 
     def part(column: str, of: Column | None = own) -> Column:
+        """``column`` where the probe is of the side ``of`` (null elsewhere: the aggregates skip it)."""
         return F.col(column) if of is None else F.when(of, F.col(column))
 
     aggregates = [
