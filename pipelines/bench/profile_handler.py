@@ -5,7 +5,7 @@ Usage (from the repository root, after scripts/setup.sh)::
     .venv/bin/python -m pipelines.bench.profile_handler --rows 2000 --batches 8 [--cprofile out.prof] [--conf k=v ...]
 
 A fresh lakehouse under .work/profile-handler (20 rules in 4 states, 1-hour windows, 10,000 keys, as the bench's
-throughput runs; ``--kinds mixed``: the bench's rule-kinds set, 5 of them COUNT_DISTINCT and 5 relative limits),
+throughput runs; ``--kinds mixed``: the bench's rule-kinds set, a quarter COUNT_DISTINCT and a quarter relative limits),
 then ``BatchHandler.process`` called directly on each JSON-lines file read as a RAW_SCHEMA frame (no streaming query
 around it). Per batch it prints wall seconds, the Python driver's CPU seconds and the JVM's CPU seconds (``/proc``),
 which stay meaningful on a loaded machine where wall time does not; ``--cprofile``

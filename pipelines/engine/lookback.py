@@ -123,6 +123,19 @@ def tile_coordinates(tiles: DataFrame, *, bucket_ms: int, prior: bool, distinct:
     )
 
 
+def _sides(points: DataFrame) -> DataFrame:
+    """Each BASELINE_KEYS point once per reach to probe: ``sideReach`` = its ``reach`` (``isBaseline`` false) and,
+    unless ``NO_BASELINE``, its ``baselineReach`` (true). One pass over the points: they are not computed twice."""
+
+    def side(reach: str, is_baseline: bool) -> Column:
+        return F.struct(F.col(reach).alias("sideReach"), F.lit(is_baseline).alias("isBaseline"))
+
+    both = F.array(side("reach", False), F.when(F.col("baselineReach") != NO_BASELINE, side("baselineReach", True)))
+    return points.select(*BASELINE_KEYS, F.explode(F.filter(both, lambda s: s.isNotNull())).alias("side")).select(
+        *BASELINE_KEYS, "side.sideReach", "side.isBaseline"
+    )
+
+
 def range_aggregates(
     points: DataFrame,
     prior_tiles: DataFrame,
@@ -147,14 +160,12 @@ def range_aggregates(
         tile_coordinates(batch_tiles, bucket_ms=bucket_ms, prior=False, distinct=distinct)
     )
     keys = BASELINE_KEYS if baseline else POINT_KEYS
-    probed = probes(points, keys=keys)
     own: Column | None = None  # which probes are the rule's own range (all of them without baselines)
     if baseline:
-        at_baseline = probes(points.where(F.col("baselineReach") != NO_BASELINE), reach="baselineReach", keys=keys)
-        probed = probed.withColumn("isBaseline", F.lit(False)).unionByName(
-            at_baseline.withColumn("isBaseline", F.lit(True))
-        )
+        probed = probes(_sides(points), reach="sideReach", keys=(*keys, "isBaseline"))
         own = ~F.col("isBaseline")
+    else:
+        probed = probes(points, keys=keys)
     matched = (
         probed.hint("shuffle_hash")
         .join(tiles, ["stateId", "keyValue", "level", "parent"])
