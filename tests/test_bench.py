@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 from reference_evaluator import RefBatch, evaluate
 
 from pipelines.base.settings import Settings
+from pipelines.bench.driver_memory import HeapAfterGc, MemorySample
 from pipelines.bench.engine_runs import BacklogResult
 from pipelines.bench.engine_workload import add_workload_arguments, workload_rules
 from pipelines.bench.floor import FloorResult
@@ -166,7 +167,10 @@ def test_report_has_a_table_per_scenario_the_targets_and_charts(tmp_path: Path) 
     results.live = {"files": LiveResult("files", 2000.0, 60.0, 120_000, 50, 1.5, 3.0, 4.0, 4.5, 1.2, 30)}
     results.live_floor = {"files": LiveResult("files", 2000.0, 60.0, 120_000, 70, 0.9, 1.4, 1.8, 2.0, 0.6, 0)}
     results.latency_jvm = "cold"  # the latency scenario ran first in its process
-    results.heap = [("a", 1000, 300.0), ("b", 20000, 320.0)]
+    results.memory = [
+        MemorySample(batch, rows, HeapAfterGc(300.0 + mb + own, 150.0 + mb))
+        for batch, rows, mb, own in ((0, 1_000, 0, 90), (1, 20_000, 40, 0), (2, 40_000, 80, 10), (3, 60_000, 120, 40))
+    ]
     results.kinds = {
         "today": [_backlog(1500.0, 900.0, 1000)],
         "mixed": [replace(_backlog(1200.0, 1100.0, 1500), foreach_seconds=[3.0, 2.6, 2.6, 2.6])],
@@ -192,6 +196,9 @@ def test_report_has_a_table_per_scenario_the_targets_and_charts(tmp_path: Path) 
     assert "20.0x smaller in bytes than whole transactions" in text and "8.0x than our lean" in text
     assert "9.5x in rows" in text and "**met**" in text
     assert "p50 1.50 s, p95 3.00 s, p99 4.00 s at 2,000 tx/s" in text
+    # The driver's own heap (used - cached blocks) grew 30 MB after the two warm-up batches (its 90 MB at batch 0
+    # is warm-up): within the target.
+    assert "own heap (used after a full GC - cached blocks) +30 MB after batch 2, over state 1,000-60,000" in text
     assert "This run's JVM was **cold**" in text and merge([results]).latency_jvm == "cold"
     assert "the append+MERGE floor fed the same: p50 0.90 s, p99 1.80 s" in text and "| floor, files |" in text
     assert "1.25x (2.00 s vs 1.60 s)" in text  # the engine's median foreachBatch vs the append+MERGE floor's
@@ -314,3 +321,20 @@ def test_the_live_floor_measures_every_transaction_fed_from_ingestion_to_its_bat
     # Each latency is a commit after the transaction's file was written, within the run.
     assert 0 < floor.p50 <= floor.p99 <= floor.max < took
     assert floor.wait_p50 >= 0 and floor.work_p50 > 0 and floor.stack_ms["addBatch"] > 0
+
+
+def test_the_memory_scenario_samples_one_engine_batch_by_batch_as_its_state_grows(
+    spark: SparkSession, base_settings: Settings, tmp_path: Path
+) -> None:
+    plan = replace(Plan.quick(), memory_rows=200, memory_batches=3, memory_keys=5_000)
+    said: list[str] = []
+    results = run_all(spark, base_settings, plan, work=tmp_path / "bench", only=("memory",), say=said.append)
+    samples = results.memory
+    assert [s.batch for s in samples] == [0, 1, 2] and not results.throughput
+    rows = [s.state_rows for s in samples]
+    assert 0 < rows[0] < rows[1] < rows[2]  # new payers every batch: the state grows
+    # The engine keeps its state cached between batches: cached blocks, inside the (local) JVM's heap.
+    assert all(0 < s.heap.blocks_mb < s.heap.used_mb for s in samples)
+    assert said[0].startswith("driver memory: after batch 0 heap ")
+    text = write_report(build_report(results), tmp_path / "b.md", chart_dir=tmp_path / "c")[0].read_text()
+    assert "## Driver memory" in text and "| driver memory as state grows |" in text

@@ -54,6 +54,11 @@ def local_spark_conf(settings: Settings) -> dict[str, str]:
         # F.col instead of 3 (getActiveSession, a conf read, origin set and clear, the Python stack); the engine
         # builds its plans from ~12,000 such calls a batch. Off: Spark errors then lack the Python call site.
         "spark.python.sql.dataFrameDebugging.enabled": "false",
+        # Tungsten's memory page. The default (64 MB with a 4 GB driver) is what every hash relation a broadcast
+        # join builds takes at least, however few its rows, and the driver keeps each broadcast's relation in its
+        # block manager while the plans that use it live: ~500 MB of the driver's heap after a full GC in a run of
+        # 25 batches (docs/engine.md, Driver memory). A record larger than a page still gets a page of its own.
+        "spark.buffer.pageSize": "2m",
     }
     conf.update(settings.spark.extra_conf)
     return conf

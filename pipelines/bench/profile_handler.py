@@ -32,6 +32,7 @@ from pyspark.sql import functions as F
 
 from delta_tables.rules_seed import put_rule_rows
 from pipelines.base.settings import REPO_ROOT, Settings
+from pipelines.bench.driver_memory import heap_after_gc
 from pipelines.bench.engine_workload import (
     add_workload_arguments,
     engine_lakehouse,
@@ -134,6 +135,9 @@ def main() -> int:
     parser.add_argument("--sql", help="write the last batch's SQL executions (plan nodes with metrics) here")
     parser.add_argument("--jfr", help="write a Java Flight Recording of the JVM over the batches after the second")
     parser.add_argument("--rule-change-at", type=int, help="widen the first rule's window before this batch")
+    parser.add_argument(
+        "--heap", action="store_true", help="after each batch: the JVM's heap after a full GC, and its cached blocks"
+    )
     args = parser.parse_args()
 
     base, spark = spark_with(args.conf, "fraudlake-profile-handler", ui=True)
@@ -179,6 +183,8 @@ def main() -> int:
         )
         by_thread, ticks = _jvm_thread_ticks() - threads, os.sysconf("SC_CLK_TCK")
         print("    jvm cpu by thread: " + ", ".join(f"{k} {v / ticks:.1f} s" for k, v in by_thread.most_common(5)))
+        if args.heap:
+            print(f"    memory: {heap_after_gc(spark)}", flush=True)
     if args.stages:
         api = f"{spark.sparkContext.uiWebUrl}/api/v1/applications/{spark.sparkContext.applicationId}"
         with urllib.request.urlopen(f"{api}/stages") as response:

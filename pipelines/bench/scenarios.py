@@ -17,7 +17,8 @@ Every comparison runs in the same process on the same input. Scenarios (full / `
   and the append+MERGE floor fed the same way beside it (``live_floor``: the stack's own latency);
 * **native** — the same rules and files through ``transformWithState`` on RocksDB (what a Spark user would write
   instead) beside the engine: throughput, batch time, alerts (equal), state, recovery;
-* **driver memory** — the driver's used heap (after a GC) as the state grows.
+* **memory** — one engine's batches over a million payers, the driver JVM's heap after a full GC after each, less the
+  block manager's cached blocks (``driver_memory``), as the state grows.
 
 Example::
 
@@ -43,7 +44,8 @@ from pyspark.sql import functions as F
 
 from delta_tables.bucket_state import append_tiles
 from pipelines.base.settings import Settings
-from pipelines.bench.engine_runs import BacklogResult, driver_heap_mb, lakehouse_for, run_backlog, table_size
+from pipelines.bench.driver_memory import MemorySample, driver_memory
+from pipelines.bench.engine_runs import BacklogResult, lakehouse_for, run_backlog, table_size
 from pipelines.bench.floor import FLOOR_KINDS, FloorResult, run_floor
 from pipelines.bench.live_floor import run_live_floor
 from pipelines.bench.live_latency import LiveResult, format_live, run_live
@@ -104,6 +106,10 @@ class Plan:
     kinds_warmup: bool = True  # kinds: an uncounted run first
     alert_share: float = 0.01  # throughput, sharing and latency: limits met by about this share of the transactions
     latency_burst: tuple[float, float] | None = (0.5, 0.1)  # latency: a burst of alerts (start, length; of the run)
+    # memory: one engine's batches of new transactions over many payers, so that its state grows with each batch.
+    memory_rows: int = 20_000
+    memory_batches: int = 25
+    memory_keys: int = 1_000_000
 
     @classmethod
     def quick(cls) -> Plan:
@@ -171,7 +177,7 @@ class Results:
     state_sizes: list[StateSize] = field(default_factory=list)
     live: dict[str, LiveResult] = field(default_factory=dict)  # source -> continuous run at the latency rate
     live_floor: dict[str, LiveResult] = field(default_factory=dict)  # source -> the floor job at the same rate
-    heap: list[tuple[str, int, float]] = field(default_factory=list)  # (after, state rows, heap MB)
+    memory: list[MemorySample] = field(default_factory=list)  # one engine, a sample after each batch
     native: list[NativeComparison] = field(default_factory=list)
     # Whether the latency scenario's JVM had run engine micro-batches before it ("warm") or not ("cold": its first
     # batches then carry the JVM's class loading, JIT and code generation, and set the p99).
@@ -182,7 +188,7 @@ class Results:
 def merge(parts: list[Results]) -> Results:
     """One Results from runs of different scenarios (e.g. two ``--only`` runs side by side)."""
     merged = Results(plan=parts[0].plan, machine=dict(parts[0].machine))
-    for index, part in enumerate(parts):
+    for part in parts:
         merged.throughput.update(part.throughput)
         merged.floors.update(part.floors)
         merged.live.update(part.live)
@@ -196,8 +202,7 @@ def merge(parts: list[Results]) -> Results:
         merged.baselines = part.baselines or merged.baselines
         merged.state_sizes = part.state_sizes or merged.state_sizes
         merged.native = getattr(part, "native", None) or merged.native
-        # Heaps of different processes are not comparable: keep which process each figure is from.
-        merged.heap.extend((f"run {index + 1}: {label}", rows, mb) for label, rows, mb in part.heap)
+        merged.memory = getattr(part, "memory", None) or merged.memory
         merged.seconds = max(merged.seconds, part.seconds)
         if "after" in part.machine:
             merged.machine["after"] = part.machine["after"]
@@ -246,11 +251,6 @@ class Runner:
         shutil.rmtree(folder, ignore_errors=True)
         return folder
 
-    def _heap(self, after: str, state_rows: int) -> None:
-        jvm: Any = self.spark.sparkContext._jvm
-        jvm.java.lang.System.gc()
-        self.results.heap.append((after, state_rows, round(driver_heap_mb(self.spark), 1)))
-
     def backlog(
         self,
         label: str,
@@ -297,7 +297,6 @@ class Runner:
             f" foreachBatch {', '.join(f'{s:.1f}' for s in result.foreach_seconds)} s"
             f" (median {result.median_foreach_seconds:.2f} s; {time.monotonic() - started:.0f} s)"
         )
-        self._heap(label, result.state_rows)
         shutil.rmtree(folder / "landing", ignore_errors=True)
         return result
 
@@ -440,7 +439,6 @@ class Runner:
                 f" sliding {sliding.state_rows} rows; alerts mismatched {mismatched}, state rows mismatched"
                 f" {state_mismatched}"
             )
-            self._heap(f"baselines {per_minute}/key/min", ours.state_rows)
             shutil.rmtree(folder, ignore_errors=True)
 
     def run_state(self) -> None:
@@ -460,6 +458,20 @@ class Runner:
                     f" {result.engine_bytes} B, per-event {result.per_event_rows} rows {result.per_event_bytes} B"
                     f" ({result.bytes_ratio:.1f}x bytes, {result.rows_ratio:.1f}x rows)"
                 )
+
+    def run_memory(self) -> None:
+        """One engine's batches over many payers, the driver's heap after a full GC after each (driver_memory)."""
+        plan = self.plan
+        self.results.memory = driver_memory(
+            self.spark,
+            self.base,
+            self._folder("memory"),
+            rows=plan.memory_rows,
+            batches=plan.memory_batches,
+            keys=plan.memory_keys,
+        )
+        first, last = self.results.memory[0], self.results.memory[-1]
+        self.say(f"driver memory: after batch 0 {first.heap}; after batch {last.batch} {last.heap}")
 
     def run_native(self) -> None:
         """The engine and the transformWithState baseline on the same files (the base keys, 2,000-row batches,
@@ -545,7 +557,7 @@ def _broker_for(settings: Settings, folder: Path, *, needed: bool) -> Iterator[S
         broker.stop()
 
 
-SCENARIOS = ("throughput", "windows", "sharing", "kinds", "baselines", "state", "native", "latency")
+SCENARIOS = ("throughput", "windows", "sharing", "kinds", "baselines", "state", "native", "memory", "latency")
 
 
 def run_all(

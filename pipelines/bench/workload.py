@@ -282,14 +282,18 @@ def mixed_rule_set(
 
 KIND_SETS = ("today", "mixed")
 """The rule-kinds comparison's sets (``kind_rule_set``): today's kinds; a quarter COUNT_DISTINCT, a quarter relative."""
+PROFILE_KINDS = (*KIND_SETS, "distinct", "relative")
+"""``KIND_SETS`` and the mixed set's two halves apart (a quarter COUNT_DISTINCT; a quarter relative), to profile."""
 
 
 def kind_rule_set(name: str, count: int, *, states: int) -> list[Rule]:
-    """One of ``KIND_SETS`` over 1-hour windows: ``rule_set``, or ``mixed_rule_set`` with a quarter of the ``count``
-    rules COUNT_DISTINCT and a quarter relative (20 rules: 10 of today's, 5 and 5)."""
+    """One of ``PROFILE_KINDS`` over 1-hour windows: ``rule_set``, or ``mixed_rule_set`` with a quarter of the ``count``
+    rules COUNT_DISTINCT and a quarter relative (20 rules: 10 of today's, 5 and 5), or just one of those quarters."""
     if name == "today":
         return rule_set(count, window_minutes=60, states=states)
-    if name == "mixed":
-        quarter = count // 4
-        return mixed_rule_set(count, window_minutes=60, states=states, distinct=quarter, relative=quarter)
-    raise ValueError(f"unknown rule kinds {name!r}; known: {list(KIND_SETS)}")
+    quarter = count // 4
+    halves = {"mixed": (quarter, quarter), "distinct": (quarter, 0), "relative": (0, quarter)}
+    if name not in halves:
+        raise ValueError(f"unknown rule kinds {name!r}; known: {list(PROFILE_KINDS)}")
+    distinct, relative = halves[name]
+    return mixed_rule_set(count, window_minutes=60, states=states, distinct=distinct, relative=relative)

@@ -4,7 +4,8 @@ Examples::
 
     fraudlake bench                      # the full plan (~60 minutes on 2 idle cores): what `make bench` runs
     fraudlake bench --quick              # smaller sizes, ~20 minutes
-    fraudlake bench --plan targets --only throughput kinds latency windows baselines state native  # make bench-targets
+    # make bench-targets:
+    fraudlake bench --plan targets --only throughput kinds latency windows baselines state native memory
     fraudlake bench --only baselines --output /tmp/b.md
 """
 
