@@ -13,6 +13,7 @@ from engine_fixtures import alerts_by_id, json_line, make_rule, put_rules
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.admin import KafkaAdminClient, NewTopic
 from lakehouse_template import fresh_lakehouse
+from polling import wait_for
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from reference_evaluator import RefBatch, evaluate
@@ -57,6 +58,13 @@ def _expected(records: list[dict[str, object]]) -> dict[tuple[int, str], tuple[s
     }
 
 
+def _cached_rdds(spark: SparkSession) -> set[int]:
+    """The ids of the RDDs with blocks in the block manager (cached frames, local checkpoints), Delta's own cached
+    snapshot states aside (its log cache keeps and bounds those)."""
+    infos = spark.sparkContext._jsc.sc().getRDDStorageInfo()
+    return {int(i.id()) for i in infos if not str(i.name()).startswith("Delta Table State")}
+
+
 def test_delta_table_source(spark: SparkSession, settings: Settings, tmp_path: Path) -> None:
     records = _records(20)
     source = str(tmp_path / "raw_transactions")
@@ -78,9 +86,12 @@ def test_delta_table_source(spark: SparkSession, settings: Settings, tmp_path: P
     spark.createDataFrame(rows, schema).write.format("delta").save(source)
     fresh_lakehouse(spark, settings)
     put_rules(spark, settings, RULES)
+    cached_before = _cached_rdds(spark)
     run_engine(spark, settings, EngineRun(source="delta", input_path=source, once=True), report=lambda line: None)
 
     assert alerts_by_id(spark, settings) == _expected(records)
+    # The query has ended: the state and cooldown memory its handler cached are released, nothing of it stays cached.
+    wait_for("the ended engine's caches released", lambda: _cached_rdds(spark) <= cached_before, seconds=30)
     bronze = spark.read.format("delta").load(settings.table_path("bronze_transactions"))
     extras = {r["transactionId"]: json.loads(r["extraFields"]) for r in bronze.collect()}
     assert extras["t007"] == {"note": "n7"} and len(extras) == 20

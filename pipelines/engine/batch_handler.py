@@ -118,6 +118,12 @@ class BatchHandler:
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         self.process(batch, batch_id)
 
+    def release(self) -> None:
+        """Free what this handler keeps between batches (the bucket state and cooldown memory it caches on the
+        executors), once no batch of it runs any more: its query has stopped. A later batch would reload both."""
+        self._state.invalidate()
+        self._memory.invalidate()
+
     def process(self, batch: DataFrame, batch_id: int) -> dict[str, int]:
         """Run one micro-batch; return its counts (rows, valid, late, quarantined, alerts, ...).
 

@@ -29,6 +29,13 @@ from pathlib import Path
 from types import FrameType
 
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming.listener import (
+    QueryIdleEvent,
+    QueryProgressEvent,
+    QueryStartedEvent,
+    QueryTerminatedEvent,
+    StreamingQueryListener,
+)
 from pyspark.sql.streaming.query import StreamingQuery
 
 from delta_tables.catalog import init_lakehouse
@@ -104,7 +111,47 @@ def start_engine(
         writer = writer.trigger(availableNow=True)
     else:
         writer = writer.trigger(processingTime=f"{settings.engine.trigger_interval_seconds} seconds")
-    return writer.start()
+    query = writer.start()
+    ReleaseOnTermination(spark, handler, query).watch()
+    return query
+
+
+class ReleaseOnTermination(StreamingQueryListener):
+    """Frees an engine handler's caches (``BatchHandler.release``) once its query has terminated: stopped, finished
+    (``availableNow``) or failed. Without it a stopped engine's cached state stayed on the executors until the session
+    ended: a notebook that restarts the engine, or a process that runs several, held every earlier one's state."""
+
+    def __init__(self, spark: SparkSession, handler: BatchHandler, query: StreamingQuery) -> None:
+        self._spark, self._handler, self._run_id = spark, handler, query.runId
+        self._query, self._lock, self._released = query, threading.Lock(), False
+
+    def watch(self) -> None:
+        """Listen for the query's end; a query that has already ended is released at once."""
+        self._spark.streams.addListener(self)
+        if not self._query.isActive:  # ended before the listener was added: its event went by
+            self._release()
+
+    def onQueryStarted(self, event: QueryStartedEvent) -> None:
+        pass
+
+    def onQueryProgress(self, event: QueryProgressEvent) -> None:
+        pass
+
+    def onQueryIdle(self, event: QueryIdleEvent) -> None:
+        pass
+
+    def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
+        if str(event.runId) == self._run_id:
+            self._release()
+
+    def _release(self) -> None:
+        with self._lock:
+            if self._released:
+                return
+            self._released = True
+        self._handler.release()
+        # Not from the listener bus's own callback: the removal runs on a thread of its own.
+        threading.Thread(target=self._spark.streams.removeListener, args=(self,), daemon=True).start()
 
 
 @contextmanager
