@@ -24,14 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
 from delta_tables.table_snapshot import table_row_counts, table_version
 from pipelines.base.settings import Settings
 from pipelines.bench.engine_runs import lakehouse_for
+from pipelines.bench.engine_workload import raw_file_frame
 from pipelines.bench.workload import Workload, alerting_rule_set, transactions, write_batches
 from pipelines.engine.batch_handler import BatchHandler
-from pipelines.engine.parse_transactions import RAW_COLUMNS
 
 MB = 2**20
 
@@ -87,27 +86,14 @@ def driver_memory(
     handler = BatchHandler(settings, app_id="bench-driver-memory", report=lambda line: None)
     state = settings.table_path("bucket_state")
     samples = []
-    for batch_id, path in enumerate(sorted((folder / "landing").glob("*.jsonl"))):
-        handler.process(_raw(spark, path), batch_id)
-        state_rows = sum(table_row_counts(spark, state, table_version(spark, state)).values())
-        samples.append(MemorySample(batch_id, state_rows, heap_after_gc(spark)))
+    try:
+        for batch_id, path in enumerate(sorted((folder / "landing").glob("*.jsonl"))):
+            handler.process(raw_file_frame(spark, path), batch_id)
+            state_rows = sum(table_row_counts(spark, state, table_version(spark, state)).values())
+            samples.append(MemorySample(batch_id, state_rows, heap_after_gc(spark)))
+    finally:
+        handler.release()  # the scenarios after this one do not carry its cached state
     return samples
-
-
-def _raw(spark: SparkSession, path: Path) -> Any:
-    """A landing file as the engine's raw frame (what the file source hands ``foreachBatch``)."""
-    return (
-        spark.read.text(str(path))
-        .select(
-            F.col("value").alias("raw"),
-            F.lit("files").alias("source"),
-            F.lit(f"file:{path}").alias("sourceOffset"),
-            F.lit(None).cast("int").alias("kafkaPartition"),
-            F.lit(None).cast("long").alias("kafkaOffset"),
-            F.lit(None).cast("timestamp").alias("ingestedAt"),
-        )
-        .select(*RAW_COLUMNS)
-    )
 
 
 def own_growth(samples: list[MemorySample], *, warmup: int = 2) -> float:

@@ -140,9 +140,3 @@ def run_backlog(
         state_bytes=state_bytes,
         foreach_seconds=foreach,
     )
-
-
-def driver_heap_mb(spark: SparkSession) -> float:
-    """The driver JVM's used heap in MB (after the last GC, as the runtime reports it)."""
-    runtime: Any = spark.sparkContext._jvm.java.lang.Runtime.getRuntime()  # type: ignore[union-attr]
-    return float(runtime.totalMemory() - runtime.freeMemory()) / 2**20

@@ -18,7 +18,8 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from pipelines.base.settings import Settings, load_settings
 from pipelines.base.spark_session import get_spark
@@ -32,6 +33,7 @@ from pipelines.bench.workload import (
     transactions,
     write_batches,
 )
+from pipelines.engine.parse_transactions import RAW_COLUMNS
 from rules_cdc.rule_model import Rule
 
 
@@ -93,4 +95,21 @@ def workload_rules(args: argparse.Namespace) -> list[Rule]:
         return kind_rule_set(args.kinds, args.rules, states=args.states)
     return alerting_rule_set(
         args.rules, _workload(args), window_minutes=60, states=args.states, alert_share=args.alert_share
+    )
+
+
+def raw_file_frame(spark: SparkSession, path: Path) -> DataFrame:
+    """A landing file as the engine's raw frame (``RAW_COLUMNS``), as the file source hands it to ``foreachBatch``:
+    for calling ``BatchHandler.process`` directly, batch by batch."""
+    return (
+        spark.read.text(str(path))
+        .select(
+            F.col("value").alias("raw"),
+            F.lit("files").alias("source"),
+            F.lit(f"file:{path}").alias("sourceOffset"),
+            F.lit(None).cast("int").alias("kafkaPartition"),
+            F.lit(None).cast("long").alias("kafkaOffset"),
+            F.lit(None).cast("timestamp").alias("ingestedAt"),
+        )
+        .select(*RAW_COLUMNS)
     )

@@ -28,8 +28,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import functions as F
-
 from delta_tables.rules_seed import put_rule_rows
 from pipelines.base.settings import REPO_ROOT, Settings
 from pipelines.bench.driver_memory import heap_after_gc
@@ -37,11 +35,11 @@ from pipelines.bench.engine_workload import (
     add_workload_arguments,
     engine_lakehouse,
     fresh_landing,
+    raw_file_frame,
     spark_with,
     workload_rules,
 )
 from pipelines.engine.batch_handler import BatchHandler
-from pipelines.engine.parse_transactions import RAW_COLUMNS
 from rules_cdc.rule_model import Rule
 from rules_cdc.rule_rows import rule_to_row
 
@@ -150,18 +148,7 @@ def main() -> int:
     for batch_id, path in enumerate(files):
         if batch_id == args.rule_change_at:
             _widen_first_rule(spark, settings, workload_rules(args))
-        raw = (
-            spark.read.text(str(path))
-            .select(
-                F.col("value").alias("raw"),
-                F.lit("files").alias("source"),
-                F.lit(f"file:{path}").alias("sourceOffset"),
-                F.lit(None).cast("int").alias("kafkaPartition"),
-                F.lit(None).cast("long").alias("kafkaOffset"),
-                F.lit(None).cast("timestamp").alias("ingestedAt"),
-            )
-            .select(*RAW_COLUMNS)
-        )
+        raw = raw_file_frame(spark, path)
         stages = _stages(spark)
         last_execution, last_stage = stages[0], stages[1]
         wall, cpu, jvm, compiled = time.perf_counter(), time.process_time(), _jvm_cpu_seconds(), _codegen(spark)

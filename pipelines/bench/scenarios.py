@@ -18,7 +18,7 @@ Every comparison runs in the same process on the same input. Scenarios (full / `
 * **native** — the same rules and files through ``transformWithState`` on RocksDB (what a Spark user would write
   instead) beside the engine: throughput, batch time, alerts (equal), state, recovery;
 * **memory** — one engine's batches over a million payers, the driver JVM's heap after a full GC after each, less the
-  block manager's cached blocks (``driver_memory``), as the state grows.
+  cached RDD blocks (``driver_memory``), as the state grows.
 
 Example::
 
