@@ -116,7 +116,7 @@ def measure_targets(results: Results) -> list[Target]:
         targets.append(
             Target(
                 "driver memory as state grows",
-                f"flat (own heap + < {MEMORY_TARGET_MB} MB)",
+                f"flat (own heap grows < {MEMORY_TARGET_MB} MB)",
                 f"own heap (used after a full GC - cached blocks) {growth:+,.0f} MB after batch 2, over state"
                 f" {first.state_rows:,}-{last.state_rows:,} rows; used heap {first.heap.used_mb:,.0f}-"
                 f"{last.heap.used_mb:,.0f} MB, cached blocks {first.heap.blocks_mb:,.0f}-{last.heap.blocks_mb:,.0f} MB",
