@@ -33,6 +33,8 @@ from pipelines.bench.workload import Workload, alerting_rule_set, transactions, 
 from pipelines.engine.batch_handler import BatchHandler
 
 MB = 2**20
+WARMUP_BATCHES = 2
+"""The first batches, left out of the growth (``own_growth``): the JVM's and Spark's own warm-up."""
 
 
 @dataclass(frozen=True)
@@ -96,7 +98,7 @@ def driver_memory(
     return samples
 
 
-def own_growth(samples: list[MemorySample], *, warmup: int = 2) -> float:
+def own_growth(samples: list[MemorySample], *, warmup: int = WARMUP_BATCHES) -> float:
     """How much the driver's own heap grew over the run: its largest after the warm-up batches minus its first."""
     steady = samples[warmup:] or samples
     return max(s.heap.own_mb for s in steady) - steady[0].heap.own_mb

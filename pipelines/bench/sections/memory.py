@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipelines.bench.driver_memory import MemorySample, own_growth
+from pipelines.bench.driver_memory import WARMUP_BATCHES, MemorySample, own_growth
 from pipelines.bench.report import Chart, Report, Table, fmt
 from pipelines.bench.scenarios import Results
 
@@ -28,7 +28,7 @@ def add_memory(report: Report, results: Results) -> None:
         " executors). *Own* = heap - cached blocks: the driver's plans, status store, Delta log caches and broadcast"
         " relations. Spark's size estimate of deserialized cached rows is low (a heap histogram counted ~700 MB of"
         " rows where it said 550), so *own* still carries part of the cache."
-        f" Own growth after the first two batches: {own_growth(samples):+,.0f} MB (target: under"
+        f" Own growth after the first {WARMUP_BATCHES} batches: {own_growth(samples):+,.0f} MB (target: under"
         f" {MEMORY_TARGET_MB} MB)."
     )
     section.tables.append(
