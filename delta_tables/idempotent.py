@@ -91,10 +91,11 @@ def overwrite_tagged(frame: DataFrame, path: str, tag: CommitTag | None, *, repl
     """Replace the whole content of the table at ``path`` with ``frame`` (with ``replace_where``, a condition on
     partition columns: only the rows it selects, ``frame`` holding only such rows), in one commit carrying ``tag``.
 
-    A table whose newest checksum says it has no file (``table_file_count`` 0: a fresh lakehouse's registry, an empty
-    cooldown memory) gets an append instead: the same content, without the overwrite's cost (Delta's overwrite
-    reconstructs the table state to count the files it removes: ~0.5 s warm, 1.5 s in a fresh JVM). Only for tables
-    with one writer (the engine's own): a blind append does not conflict with a concurrent one as an overwrite would.
+    A table whose newest checksum says it has no file (``table_file_count`` 0: a fresh lakehouse's registry where
+    Spark writes it, an empty cooldown memory) gets an append instead: the same content, without the overwrite's
+    cost (Delta's overwrite reconstructs the table state to count the files it removes: ~0.5 s warm, 1.5 s in a fresh
+    JVM). Only for tables with one writer (the engine's own): a blind append does not conflict with a concurrent one
+    as an overwrite would.
     """
     if table_file_count(frame.sparkSession, path) == 0:
         append_tagged(frame, path, tag, files=1)

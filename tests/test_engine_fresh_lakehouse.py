@@ -3,8 +3,8 @@
 On a fresh lakehouse the bucket state, the cooldown memory and the state registry have no data file (their newest
 checksum says so: ``table_snapshot.table_file_count``). The first batch then starts the engine's caches of the two
 tables from an empty RDD instead of scanning them (the caches must still have the hash layout by (state, key) the
-evaluation's joins rely on) and appends the first registry instead of overwriting an empty table. A later batch
-whose rules need a new state overwrites the registry as before. Alerts equal the reference evaluator's throughout.
+evaluation's joins rely on). The registry, first and later, is overwritten by delta-rs on the driver
+(``delta_tables.arrow_writes``: no Spark job), not by Spark. Alerts equal the reference evaluator's throughout.
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ def _partitioning(frame: DataFrame) -> str:
     return str(frame._jdf.queryExecution().executedPlan().outputPartitioning().toString())
 
 
-def _registry_modes(spark: SparkSession, settings: Settings) -> list[tuple[int, str]]:
+def _registry_writes(spark: SparkSession, settings: Settings) -> list[tuple[int, str, str]]:
     history = DeltaTable.forPath(spark, settings.table_path("rule_states")).history()
-    rows = history.where("operation = 'WRITE'").select("version", "operationParameters").collect()
-    return sorted((row["version"], row["operationParameters"]["mode"]) for row in rows)
+    rows = history.where("operation = 'WRITE'").select("version", "operationParameters", "engineInfo").collect()
+    return sorted((r["version"], r["operationParameters"]["mode"], r["engineInfo"].split(":")[0]) for r in rows)
 
 
-def test_the_first_batch_appends_the_registry_and_starts_the_caches_with_their_layout(
+def test_the_first_batch_writes_the_registry_without_spark_and_starts_the_caches_with_their_layout(
     spark: SparkSession, settings: Settings
 ) -> None:
     config = GeneratorConfig(
@@ -52,7 +52,7 @@ def test_the_first_batch_appends_the_registry_and_starts_the_caches_with_their_l
     handler = BatchHandler(settings, app_id="engine-fresh", report=lambda line: None)
 
     handler.process(raw_frame(spark, [to_json(r) for r in first]), 0)
-    assert _registry_modes(spark, settings) == [(1, "Append")]
+    assert _registry_writes(spark, settings) == [(1, "Overwrite", "delta-rs")]
     registry = spark.read.format("delta").load(settings.table_path("rule_states"))
     states = registry.count()
     assert states >= 1
@@ -62,7 +62,7 @@ def test_the_first_batch_appends_the_registry_and_starts_the_caches_with_their_l
 
     put_rules(spark, settings, added, tick=1)  # a new state: its backfill and a registry of two rows
     handler.process(raw_frame(spark, [to_json(r) for r in second]), 1)
-    assert _registry_modes(spark, settings) == [(1, "Append"), (2, "Overwrite")]
+    assert _registry_writes(spark, settings) == [(1, "Overwrite", "delta-rs"), (2, "Overwrite", "delta-rs")]
     assert spark.read.format("delta").load(settings.table_path("rule_states")).count() == states + 1
 
     expected = {

@@ -13,8 +13,7 @@ import datetime as dt
 from lakehouse_template import fresh_lakehouse
 from pyspark.sql import SparkSession
 
-from delta_tables.local_rows import local_frame
-from delta_tables.rule_states import RULE_STATES_SCHEMA, replace_registry
+from delta_tables.rule_states import replace_registry
 from delta_tables.table_snapshot import table_version
 from pipelines.base.settings import Settings
 from pipelines.engine.states import RegistryEntry, RulesCache, read_registry
@@ -30,7 +29,7 @@ def test_a_registry_written_by_someone_else_in_between_is_read_from_the_table(
     now = dt.datetime(2026, 1, 1)
 
     def write(state_id: str, window: int) -> RegistryEntry:
-        replace_registry(local_frame(spark, [(state_id, "{}", window, 0, 0, now)], RULE_STATES_SCHEMA), path, tag=None)
+        replace_registry(spark, [(state_id, "{}", window, 0, 0, now)], path, tag=None)
         return RegistryEntry(state_id, window, 0, 0)
 
     mine = write("s-mine", 10)

@@ -228,7 +228,7 @@ class BatchHandler:
         paths = self.paths
         pins = attempt.pins or Pins(
             rules=table_version(spark, paths.rules),
-            registry=table_version(spark, paths.rule_states),
+            registry=self._rules.registry_version(spark),
             bronze=table_version(spark, paths.bronze),
             m_before=m_before,
         )

@@ -37,8 +37,7 @@ from pyspark.sql import functions as F
 
 from delta_tables.bucket_state import append_tiles, compact_tiles, delete_states, with_batch_columns
 from delta_tables.idempotent import CommitTag
-from delta_tables.local_rows import local_frame
-from delta_tables.rule_states import RULE_STATES_SCHEMA, replace_registry
+from delta_tables.rule_states import replace_registry
 from delta_tables.table_snapshot import table_version
 from pipelines.base.settings import Settings
 from pipelines.engine.backfill import backfill_tiles
@@ -168,7 +167,5 @@ def maintain_states(
             (e.state_id, s.signature, e.window_minutes, e.created_batch_id, e.updated_batch_id, now)
             for s, e in zip(states, entries.values(), strict=True)
         ]
-        replace_registry(
-            local_frame(spark, rows, RULE_STATES_SCHEMA), paths.rule_states, tag=attempt.tag("registry", pins)
-        )
+        replace_registry(spark, rows, paths.rule_states, tag=attempt.tag("registry", pins))
         cache.registry_written(spark, entries, read_version=pins.registry)

@@ -22,7 +22,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from delta_tables.arrow_reads import table_rows
+from delta_tables.arrow_reads import newest_version_at, table_rows, table_rows_at
 from delta_tables.table_snapshot import table_file_count, table_version
 from pipelines.base.settings import TransactionSchema
 from rules_cdc.filter_expr import All, AnyOf, Leaf, Not
@@ -161,11 +161,14 @@ def states_of(rules: Sequence[LiveRule]) -> list[StateSpec]:
 
 
 def read_registry(spark: SparkSession, path: str, *, version: int) -> dict[str, RegistryEntry]:
-    """The state registry at ``version`` (one small row per state)."""
-    if table_file_count(spark, path, version) == 0:
-        return {}
+    """The state registry at ``version`` (one small row per state): read by delta-rs where it applies, else by
+    Spark unless the version's checksum says the table is empty."""
     columns = ("stateId", "windowMinutes", "createdBatchId", "updatedBatchId")
-    rows = table_rows(spark, path, version=version, columns=columns)
+    rows = table_rows_at(path, version=version, columns=columns)
+    if rows is None:
+        if table_file_count(spark, path, version) == 0:
+            return {}
+        rows = table_rows(spark, path, version=version, columns=columns)
     return {row["stateId"]: RegistryEntry(*(row[c] for c in columns)) for row in rows}
 
 
@@ -207,12 +210,17 @@ class RulesCache:
             _trim(self._registry, self.KEPT)
         return self._registry[version]
 
+    def registry_version(self, spark: SparkSession) -> int:
+        """The registry's newest version: by delta-rs where it writes the table (``arrow_writes``; Spark would load
+        each version delta-rs wrote with a Spark job), else Spark's."""
+        version = newest_version_at(self._paths[1])
+        return table_version(spark, self._paths[1]) if version is None else version
+
     def registry_written(self, spark: SparkSession, entries: Mapping[str, RegistryEntry], *, read_version: int) -> None:
         """After the engine replaced the registry with ``entries``: if that write is the version after
         ``read_version`` (nobody else wrote in between), remember it as that version's content, so the next batch
-        does not read back what this one wrote (a read of a new table version costs a Delta state reconstruction
-        job besides the scan)."""
-        if table_version(spark, self._paths[1]) == read_version + 1:
+        does not read back what this one wrote."""
+        if self.registry_version(spark) == read_version + 1:
             self._registry[read_version + 1] = dict(entries)
             _trim(self._registry, self.KEPT)
 
