@@ -28,6 +28,10 @@ if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$VENV/.fraudlake-stamp" 2>/dev/null)
     "$VENV/bin/python" -m pip install -q --upgrade pip
     "$VENV/bin/python" -m pip install -q -c constraints.txt -e ".[local,dq,console,dev]"
   fi
+  # pyspark is an sdist: uv builds its wheel (~0.5 GB) under a new cache revision whenever the index serves the
+  # archive again, and keeps the old ones (57 GB on a developer machine after many fresh clones). Prune drops
+  # those dangling revisions (the newest stays); housekeeping only, so its failure is no set-up failure.
+  "$VENV/bin/python" -m uv cache prune -q 2>/dev/null || true
   echo "$py_stamp" > "$VENV/.fraudlake-stamp"
 fi
 
