@@ -81,7 +81,7 @@ def newest_version_at(path: str) -> int | None:
     except ImportError:
         return None
     try:
-        return int(DeltaTable(str(folder), without_files=True).version())
+        return int(DeltaTable(str(folder)).version())
     except Exception as error:  # not readable this way: Spark reads it
         log.debug("delta-rs did not read the version of %s: %s", path, error)
         return None
