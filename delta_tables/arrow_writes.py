@@ -7,11 +7,13 @@ write job and Delta's commit, which reconstructs the table's state from the log 
 (delta-rs, which already reads this table: ``arrow_reads``) writes the same Parquet file and the same commit, with
 the batch's tag in ``commitInfo.userMetadata`` as Spark puts it there, in a few milliseconds and no Spark job.
 
-delta-rs writes only where ``arrow_reads`` reads: a table on this machine's disk (``table_spec.local_folder``), with
-the library installed, and whose writer features it has (the registry uses none: protocol 1/2, NOT NULL
-invariants, which delta-rs checks as Spark does); only column types this module maps to Arrow. Anything else, and
-any error before the commit, writes with Spark. An error after delta-rs committed (a post-commit hook: its
-checkpoint) is no second write: the commit is found by its tag and counts as written.
+delta-rs writes only where ``arrow_reads`` reads (a table on this machine's disk: ``table_spec.local_folder``, with
+the library installed), only a table of the plain protocol (reader version 1, writer version 2 at most: no table
+feature, no column mapping; the registry's is 1/2, whose NOT NULL invariants delta-rs checks as Spark does), and
+only column types this module maps to Arrow. delta-rs 1.6 would also write some tables with features (deletion
+vectors, column mapping), but what it does with each is its own reading of the protocol: not taken on trust here.
+Anything else, and any error before the commit, writes with Spark. An error after delta-rs committed (a post-commit
+hook: its checkpoint) is no second write: the commit is found by its tag and counts as written.
 
 Example::
 
@@ -31,6 +33,9 @@ from pyspark.sql.types import DataType, IntegerType, LongType, StringType, Struc
 from delta_tables.table_spec import local_folder
 
 log = logging.getLogger(__name__)
+
+PLAIN_PROTOCOL = (1, 2)
+"""The newest (reader, writer) protocol versions this module lets delta-rs write: no table features."""
 
 _ARROW_TYPES: dict[type[DataType], pa.DataType] = {
     StringType: pa.string(),
@@ -73,6 +78,9 @@ def overwrite_rows_at(
     before: int | None = None
     try:
         table = DeltaTable(str(folder))
+        protocol = table.protocol()
+        if protocol.min_reader_version > PLAIN_PROTOCOL[0] or protocol.min_writer_version > PLAIN_PROTOCOL[1]:
+            return False
         before = table.version()
         write_deltalake(table, data, mode="overwrite", commit_properties=properties)
         return True
