@@ -28,19 +28,36 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from delta_tables.table_snapshot import table_file_count
 from delta_tables.table_spec import local_folder
 
 log = logging.getLogger(__name__)
+
+
+def delta_rs_folder(path: str) -> str | None:
+    """The folder of the Delta table at ``path`` where delta-rs may read (and ``arrow_writes`` write) it: a table on
+    this machine's disk, with the ``deltalake`` library installed; else None (Spark reads it)."""
+    folder = local_folder(path)
+    if folder is None:
+        return None
+    try:
+        import deltalake  # noqa: F401
+    except ImportError:  # an install without the console's extra
+        return None
+    return str(folder)
 
 
 def table_rows(
     spark: SparkSession, path: str, *, version: int, columns: Sequence[str] | None = None
 ) -> list[dict[str, Any]]:
     """The rows of the Delta table at ``path`` at ``version`` (only ``columns`` when given; a column the table lacks
-    at that version is absent from the rows): delta-rs where it applies (``table_rows_at``), else a Spark read."""
+    at that version is absent from the rows): delta-rs where it applies (``table_rows_at``), else a Spark read unless
+    the version's checksum says the table is empty."""
     rows = table_rows_at(path, version=version, columns=columns)
     if rows is not None:
         return rows
+    if table_file_count(spark, path, version) == 0:
+        return []  # the version's checksum says it has no file: no Spark query (a fresh lakehouse's tables)
     frame = spark.read.format("delta").option("versionAsOf", version).load(path)
     if columns is not None:
         frame = frame.select(*[c for c in columns if c in frame.columns])
@@ -50,15 +67,13 @@ def table_rows(
 def table_rows_at(path: str, *, version: int, columns: Sequence[str] | None = None) -> list[dict[str, Any]] | None:
     """``table_rows`` read by delta-rs on the driver; None where that does not apply (not a table on this machine's
     disk, no ``deltalake``, a reader feature it lacks, any error)."""
-    folder = local_folder(path)
+    folder = delta_rs_folder(path)
     if folder is None:
         return None
+    from deltalake import DeltaTable
+
     try:
-        from deltalake import DeltaTable
-    except ImportError:  # an install without the console's extra: Spark reads it
-        return None
-    try:
-        table = DeltaTable(str(folder), version=version)
+        table = DeltaTable(folder, version=version)
         present = {field.name for field in table.schema().fields}
         wanted = None if columns is None else [c for c in columns if c in present]
         rows: list[dict[str, Any]] = table.to_pyarrow_table(columns=wanted).to_pylist()
@@ -73,15 +88,13 @@ def newest_version_at(path: str) -> int | None:
     ``table_rows_at`` applies; else None. For a table delta-rs writes (``arrow_writes``): Spark's ``DeltaLog`` would
     load the new version's protocol and metadata with a Spark job (~0.15 s warm), since delta-rs writes no checksum
     file to read them from."""
-    folder = local_folder(path)
+    folder = delta_rs_folder(path)
     if folder is None:
         return None
+    from deltalake import DeltaTable
+
     try:
-        from deltalake import DeltaTable
-    except ImportError:
-        return None
-    try:
-        return int(DeltaTable(str(folder)).version())
+        return int(DeltaTable(folder).version())
     except Exception as error:  # not readable this way: Spark reads it
         log.debug("delta-rs did not read the version of %s: %s", path, error)
         return None

@@ -7,8 +7,8 @@ write job and Delta's commit, which reconstructs the table's state from the log 
 (delta-rs, which already reads this table: ``arrow_reads``) writes the same Parquet file and the same commit, with
 the batch's tag in ``commitInfo.userMetadata`` as Spark puts it there, in a few milliseconds and no Spark job.
 
-delta-rs writes only where ``arrow_reads`` reads (a table on this machine's disk: ``table_spec.local_folder``, with
-the library installed), only a table of the plain protocol (reader version 1, writer version 2 at most: no table
+delta-rs writes only where ``arrow_reads`` reads (``delta_rs_folder``: a table on this machine's disk, with the
+library installed), only a table of the plain protocol (reader version 1, writer version 2 at most: no table
 feature, no column mapping; the registry's is 1/2, whose NOT NULL invariants delta-rs checks as Spark does), and
 only column types this module maps to Arrow. delta-rs 1.6 would also write some tables with features (deletion
 vectors, column mapping), but what it does with each is its own reading of the protocol: not taken on trust here.
@@ -30,7 +30,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.types import DataType, IntegerType, LongType, StringType, StructType, TimestampType
 
-from delta_tables.table_spec import local_folder
+from delta_tables.arrow_reads import delta_rs_folder
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ _ARROW_TYPES: dict[type[DataType], pa.DataType] = {
 }
 
 
-def arrow_schema(schema: StructType) -> pa.Schema | None:
+def _arrow_schema(schema: StructType) -> pa.Schema | None:
     """``schema`` in Arrow's types (nullability kept); None when a column has a type this module does not map."""
     fields = []
     for field in schema.fields:
@@ -62,14 +62,12 @@ def overwrite_rows_at(
     """Replace the content of the Delta table at ``path`` with ``rows`` (tuples in ``schema``'s column order) in one
     delta-rs commit carrying ``user_metadata``. False when that does not apply (see the module) and nothing was
     committed: the caller writes with Spark."""
-    folder = local_folder(path)
-    target = arrow_schema(schema)
+    folder = delta_rs_folder(path)
+    target = _arrow_schema(schema)
     if folder is None or target is None:
         return False
-    try:
-        from deltalake import CommitProperties, DeltaTable, write_deltalake
-    except ImportError:  # an install without the console's extra: Spark writes it
-        return False
+    from deltalake import CommitProperties, DeltaTable, write_deltalake
+
     columns = list(zip(*rows, strict=True)) if rows else [() for _ in schema.fields]
     data = pa.Table.from_arrays(
         [pa.array(list(values), type=f.type) for values, f in zip(columns, target, strict=True)], schema=target
@@ -77,7 +75,7 @@ def overwrite_rows_at(
     properties = CommitProperties(custom_metadata={"userMetadata": user_metadata}) if user_metadata else None
     before: int | None = None
     try:
-        table = DeltaTable(str(folder))
+        table = DeltaTable(folder)
         protocol = table.protocol()
         if protocol.min_reader_version > PLAIN_PROTOCOL[0] or protocol.min_writer_version > PLAIN_PROTOCOL[1]:
             return False
@@ -85,7 +83,7 @@ def overwrite_rows_at(
         write_deltalake(table, data, mode="overwrite", commit_properties=properties)
         return True
     except Exception as error:
-        if before is not None and _committed(str(folder), before, user_metadata):
+        if before is not None and _committed(folder, before, user_metadata):
             log.warning("delta-rs committed the overwrite of %s, then failed: %s", path, error)
             return True
         log.debug("delta-rs did not overwrite %s: %s", path, error)

@@ -22,8 +22,8 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from delta_tables.arrow_reads import newest_version_at, table_rows, table_rows_at
-from delta_tables.table_snapshot import table_file_count, table_version
+from delta_tables.arrow_reads import newest_version_at, table_rows
+from delta_tables.table_snapshot import table_version
 from pipelines.base.settings import TransactionSchema
 from rules_cdc.filter_expr import All, AnyOf, Leaf, Not
 from rules_cdc.rule_model import COUNT_FIELD, Rule, RuleState
@@ -122,8 +122,6 @@ class StatePlan:
 def read_live_rules(spark: SparkSession, path: str, *, version: int, schema: TransactionSchema) -> list[LiveRule]:
     """The live (ACTIVE, PAUSED, SHADOW) rules of the rules table at ``version``; a row that fails validation is
     skipped."""
-    if table_file_count(spark, path, version) == 0:
-        return []
     rules: list[LiveRule] = []
     for data in table_rows(spark, path, version=version):  # rules, not transactions: a few hundred rows at most
         if data["ruleState"] not in LIVE_STATES:
@@ -161,14 +159,9 @@ def states_of(rules: Sequence[LiveRule]) -> list[StateSpec]:
 
 
 def read_registry(spark: SparkSession, path: str, *, version: int) -> dict[str, RegistryEntry]:
-    """The state registry at ``version`` (one small row per state): read by delta-rs where it applies, else by
-    Spark unless the version's checksum says the table is empty."""
+    """The state registry at ``version`` (one small row per state)."""
     columns = ("stateId", "windowMinutes", "createdBatchId", "updatedBatchId")
-    rows = table_rows_at(path, version=version, columns=columns)
-    if rows is None:
-        if table_file_count(spark, path, version) == 0:
-            return {}
-        rows = table_rows(spark, path, version=version, columns=columns)
+    rows = table_rows(spark, path, version=version, columns=columns)
     return {row["stateId"]: RegistryEntry(*(row[c] for c in columns)) for row in rows}
 
 
