@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from delta_tables import arrow_reads
-from delta_tables.arrow_reads import table_rows_at
+from delta_tables.arrow_reads import PartitionFiles, partition_files_at, table_rows_at
 from delta_tables.rules import RULES
 from delta_tables.table_snapshot import table_version
 from delta_tables.table_spec import add_missing_columns
@@ -107,3 +107,33 @@ def test_it_declines_what_it_cannot_read_as_spark_does(spark: SparkSession, tmp_
     read = _arrow_rows(path, version)
     # delta-rs 1.6 refuses deletion vectors; should a release read them, it must read them as Spark does
     assert read is None or read == _spark_rows(spark, path, version)
+
+
+def test_file_statistics_per_partition_are_what_spark_counts(spark: SparkSession, tmp_path: Path) -> None:
+    path = str(tmp_path / "tiles")
+    rows = spark.range(30).select(
+        F.when(F.col("id") < 20, "a").otherwise("b").alias("stateId"), (F.col("id") * 1000 + 500).alias("bucketStart")
+    )
+    rows.repartition(1).write.format("delta").partitionBy("stateId").save(path)  # a file of 20 rows, one of 10
+    more = spark.range(15).select(F.lit("a").alias("stateId"), (F.col("id") * 1000 + 100_000).alias("bucketStart"))
+    more.repartition(3).write.format("delta").mode("append").partitionBy("stateId").save(path)  # three files of 5
+    version = table_version(spark, path)
+    table = spark.read.format("delta").load(path)
+    aggregated = table.groupBy("stateId").agg(F.count(F.lit(1)).alias("n"), F.min("bucketStart").alias("low"))
+    assert {r["stateId"]: (r["n"], r["low"]) for r in aggregated.collect()} == {"a": (35, 500), "b": (10, 20500)}
+    assert partition_files_at(path, version=version, partition="stateId", column="bucketStart") == {
+        "a": PartitionFiles(rows=35, largest_file=20, lowest=500),
+        "b": PartitionFiles(rows=10, largest_file=10, lowest=20500),
+    }
+    assert partition_files_at(path, version=0, partition="stateId", column="bucketStart") == {
+        "a": PartitionFiles(rows=20, largest_file=20, lowest=500),
+        "b": PartitionFiles(rows=10, largest_file=10, lowest=20500),
+    }
+    assert partition_files_at(path, version=version, partition="stateId", column="nothing") is None
+    assert partition_files_at("s3a://bucket/lake/tiles", version=0, partition="stateId", column="bucketStart") is None
+    # Deleted rows (a deletion vector) are still in a file's numRecords: not known this way.
+    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
+    spark.sql(f"DELETE FROM delta.`{path}` WHERE bucketStart = 500")
+    newest = table_version(spark, path)
+    assert partition_files_at(path, version=newest, partition="stateId", column="bucketStart") is None
+    assert partition_files_at(path, version=version, partition="stateId", column="bucketStart") is not None

@@ -19,9 +19,11 @@ from pyspark.sql import functions as F
 from reference_evaluator import RefBatch, evaluate
 
 from delta_tables.bucket_state import TILE_KEY
+from delta_tables.table_snapshot import table_version
 from pipelines.base.settings import Settings
 from pipelines.engine.batch_handler import BatchHandler
 from pipelines.engine.keys import encode_key
+from pipelines.engine.retention import quiet_states, state_files
 
 T0 = 1_700_006_400_000  # a minute's start
 MONTH_MS = 31 * 24 * 3600 * 1000
@@ -49,11 +51,13 @@ def test_retention_rewrites_only_what_folding_or_trimming_saves(spark: SparkSess
     batches = [_batch(0, T0), _batch(1, T0 + 2_000), _batch(2, T0 + MONTH_MS)]
     state_path, memory_path = settings.table_path("bucket_state"), settings.table_path("alert_cooldown")
     state_rows: list[tuple[int, int]] = []  # after each batch: (rows, distinct tiles)
+    versions: list[int] = []  # the state table's version after each batch
     handler = BatchHandler(settings, app_id="retention-rewrites", report=lambda line: None)
     for batch_id, records in enumerate(batches):
         handler.process(raw_frame(spark, records), batch_id)
         state = spark.read.format("delta").load(state_path)
         state_rows.append((state.count(), state.select(*TILE_KEY).distinct().count()))
+        versions.append(table_version(spark, state_path))
 
     # Batch 0 appended one row per tile: no rewrite. Batch 1 doubled the rows of the same tiles: folded back to
     # one a tile. Batch 2: the earlier tiles are beyond the horizon: dropped, one row a tile of batch 2 left.
@@ -64,6 +68,18 @@ def test_retention_rewrites_only_what_folding_or_trimming_saves(spark: SparkSess
         (2, "state"),
         (2, "state-compact"),
     ]
+    # What the step decides from the log's file statistics alone, without folding (quiet: surely no rewrite). After
+    # batch 0 one write holds every tile; batch 1's append doubled the rows (not quiet: the fold saw it due) and its
+    # rewrite left one write again; a horizon after the oldest tile is never quiet (a trim is due).
+    (state_id,) = [
+        r["stateId"] for r in spark.read.format("delta").load(state_path).select("stateId").distinct().collect()
+    ]
+    assert quiet_states(state_files(state_path, versions[0]), {state_id: T0 - 24 * 3600 * 1000}) == {state_id}
+    assert quiet_states(state_files(state_path, versions[1] - 1), {state_id: T0 - 24 * 3600 * 1000}) == set()
+    assert quiet_states(state_files(state_path, versions[1]), {state_id: T0 - 24 * 3600 * 1000}) == {state_id}
+    assert quiet_states(state_files(state_path, versions[1]), {state_id: T0 + 60_000}) == set()
+    assert quiet_states(state_files(state_path, versions[0]), {"a state with no tile": T0}) == {"a state with no tile"}
+
     rows0, tiles0 = state_rows[0]
     assert rows0 == tiles0 > 0
     assert state_rows[1] == (tiles0, tiles0)  # the same tiles, folded

@@ -25,7 +25,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -33,7 +33,8 @@ from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 
 from delta_tables.alert_cooldown import compact_memory, fold_memory
-from delta_tables.bucket_state import compact_tiles, fold_tiles, rows_per_state, trim_condition
+from delta_tables.arrow_reads import PartitionFiles, partition_files_at
+from delta_tables.bucket_state import TILE_KEY, compact_tiles, fold_tiles, rows_per_state, trim_condition
 from delta_tables.idempotent import CommitTag
 from delta_tables.table_maintenance import compact_small_files
 from delta_tables.table_snapshot import table_row_counts, table_version
@@ -41,7 +42,7 @@ from pipelines.engine.batch_run import BatchRun
 from pipelines.engine.evaluate import reach_buckets
 from pipelines.engine.lookback import with_coordinates
 from pipelines.engine.states import StateSpec
-from pipelines.engine.table_cache import TableCache, materialize, release
+from pipelines.engine.table_cache import TableCache, materialize
 from pipelines.engine.units import tiles_to_table
 from rules_cdc.rule_model import MAX_WINDOW_MINUTES
 
@@ -141,48 +142,91 @@ least halves their rows in the table (``FOLD_GAIN`` rows a tile); until then the
 Each batch appends a row per key and tile it touched, so a state's rows grow with the batches between rewrites;
 that is all a rewrite with nothing to trim saves, and it costs a Delta overwrite of the state's partitions (~1 s
 on a small table: Delta's DML reconstructs the snapshot's file list and commits). Decided on the table's content
-at the version read (the fold of the cache against the rows the table holds, ``rows_per_state``), so a replay
-decides the same."""
+at the version read (the tiles of the cache against the rows the table holds: the log's file statistics,
+``state_files``, else ``rows_per_state``), so a replay decides the same."""
 
 
 def compact_state_tiles(run: BatchRun, cache: TableCache, horizons: dict[str, int]) -> None:
     """These states' tiles (``horizons``' keys) folded (one row per tile), those before each state's horizon
     dropped, written over their partitions in one commit; the other states' tiles are not read or written. A
-    state with nothing beyond its horizon whose rows folding would not halve is left as it is (``FOLD_GAIN``)."""
+    state with nothing beyond its horizon whose rows folding would not halve is left as it is (``FOLD_GAIN``): told
+    from the log's file statistics where they suffice (``quiet_states``), else from one aggregation of the cached
+    rows; only the states due are folded."""
     spark, path = run.spark, run.paths.bucket_state
     read = table_version(spark, path)
+    files = state_files(path, read)
+    quiet = quiet_states(files, horizons)
+    horizons = {state: horizon for state, horizon in horizons.items() if state not in quiet}
+    if not horizons:
+        return
+    # A state whose oldest tile (the log's statistics) starts before its horizon is due: a tile to drop.
+    due = sorted(s for s in horizons if files is not None and s in files and files[s].lowest < horizons[s])
+    unknown = sorted(s for s in horizons if s not in due)
     cache.ensure(spark, read)
+    if unknown:
+        # The others from one aggregation of their cached rows (no fold, nothing stored): their tiles, and how many
+        # of them start before the horizon.
+        keep = trim_condition({s: horizons[s] for s in unknown})
+        held = cache.frame().where(F.col("stateId").isin(*unknown))
+        per_tile = held.groupBy(*TILE_KEY).agg(F.max(F.when(keep, 0).otherwise(1)).alias("beyond"))
+        tiles = {
+            row["stateId"]: (int(row["tiles"]), int(row["beyond"]))
+            for row in per_tile.groupBy("stateId")
+            .agg(F.count(F.lit(1)).alias("tiles"), F.sum("beyond").alias("beyond"))
+            .collect()
+        }
+        untrimmed = [s for s, (_, beyond) in tiles.items() if not beyond]  # the others are due: no count needed
+        if files is not None:  # the log's statistics count the rows too
+            rows = {state: files[state].rows for state in untrimmed if state in files}
+        else:
+            rows = rows_per_state(spark, path, read, untrimmed) if untrimmed else {}
+        due = sorted([*due, *(s for s, (n, beyond) in tiles.items() if beyond > 0 or rows.get(s, 0) >= FOLD_GAIN * n)])
+    if not due:
+        return
+    keep = trim_condition({s: horizons[s] for s in due})
     engine = run.settings.engine
-    distinct = any(s.distinct for s in run.states)
-    ids = sorted(horizons)
+    rewritten = F.col("stateId").isin(*due)
     folded = with_coordinates(
         fold_tiles(
-            cache.frame().where(F.col("stateId").isin(*ids)), distinct_cap=engine.distinct_cap, distinct=distinct
+            cache.frame().where(rewritten),
+            distinct_cap=engine.distinct_cap,
+            distinct=any(s.distinct for s in run.states),
         ),
         bucket_ms=engine.bucket_seconds * 1000,
     )
-    folded = materialize(folded.withColumn("updatedAt", F.current_timestamp()))
-    keep = trim_condition(horizons)
-    tiles = {
-        row["stateId"]: (int(row["tiles"]), int(row["beyond"]))
-        for row in folded.groupBy("stateId")
-        .agg(F.count(F.lit(1)).alias("tiles"), F.sum(F.when(keep, 0).otherwise(1)).alias("beyond"))
-        .collect()
-    }
-    untrimmed = [s for s, (_, beyond) in tiles.items() if not beyond]  # the others are due: no count needed
-    rows = rows_per_state(spark, path, read, untrimmed) if untrimmed else {}
-    due = sorted(s for s, (n, beyond) in tiles.items() if beyond > 0 or rows.get(s, 0) >= FOLD_GAIN * n)
-    if not due:
-        release(folded)
-        return
-    rewritten = F.col("stateId").isin(*due)
-    if len(due) < len(tiles) or any(tiles[s][1] for s in due):
-        written = materialize(folded.where(rewritten & keep))
-        release(folded)
-    else:
-        written = folded
+    written = materialize(folded.withColumn("updatedAt", F.current_timestamp()).where(keep))
     compact_tiles(tiles_to_table(written), path, tag=run.tag("state-compact"), state_ids=due)
     cache.replaced(spark, written, rewritten=rewritten, read_version=read)
+
+
+def state_files(path: str, version: int) -> dict[str, PartitionFiles] | None:
+    """Per state, its rows, its largest file's rows and its oldest tile start in the state table at ``version``,
+    from the file statistics in the Delta log (``arrow_reads.partition_files_at``: no Spark job); None where
+    delta-rs does not read them."""
+    return partition_files_at(path, version=version, partition="stateId", column="bucketStart")
+
+
+def quiet_states(files: Mapping[str, PartitionFiles] | None, horizons: Mapping[str, int]) -> set[str]:
+    """The states (``horizons``' keys) whose step surely rewrites nothing, told from the state table's file
+    statistics (``state_files``): none of its tiles starts before its horizon
+    (the smallest ``bucketStart`` of its files), and it holds fewer than ``FOLD_GAIN`` times the rows of its
+    largest file. A file holds one row per tile (it is part of one write: a batch's tiles, a backfill's, or a
+    rewrite's folded ones), so the largest file's rows are at most the state's tiles, and folding could not halve
+    its rows.
+
+    A fresh state written in one file (a small batch's state: one file a state) is quiet, and so is one whose latest
+    rewrite still outweighs the appends since: a fresh engine's first retention steps cost no Spark job (1-4 s each
+    in a new JVM). The decision is the fold's own where it says quiet, and a function of the version read (a
+    replay decides the same). An OPTIMIZE (``fraudlake maintain``) may put several rows of a tile in one file:
+    the bound is then loose and a due fold may wait for the state's next trim, which only keeps rows a while
+    longer. Empty where the statistics are not known (delta-rs does not apply): every state is then looked at."""
+    if files is None:
+        return set()
+    return {
+        state
+        for state, horizon in horizons.items()
+        if (held := files.get(state)) is None or (held.lowest >= horizon and held.rows < FOLD_GAIN * held.largest_file)
+    }
 
 
 def compact_cooldown_memory(run: BatchRun, cache: TableCache, horizon_ms: int) -> None:
@@ -199,15 +243,12 @@ def rewrite_memory(spark: SparkSession, path: str, cache: TableCache, *, keep: C
     Nothing is written when no row is dropped and folding would not halve the table's rows (``FOLD_GAIN``)."""
     read = table_version(spark, path)
     cache.ensure(spark, read)
-    folded = materialize(fold_memory(cache.frame()).withColumn("updatedAt", F.current_timestamp()))
+    folded = fold_memory(cache.frame()).withColumn("updatedAt", F.current_timestamp())
+    # Whether to write, from one aggregation (nothing stored); the fold is computed and kept only to be written.
     counts = folded.agg(F.count(F.lit(1)).alias("n"), F.sum(F.when(keep, 0).otherwise(1)).alias("dropped")).first()
     pairs, dropped = (int(counts["n"]), int(counts["dropped"] or 0)) if counts else (0, 0)
     if not dropped and (not pairs or sum(table_row_counts(spark, path, read).values()) < FOLD_GAIN * pairs):
-        release(folded)
         return
-    kept = folded
-    if dropped:
-        kept = materialize(folded.where(keep))
-        release(folded)
+    kept = materialize(folded.where(keep) if dropped else folded)
     compact_memory(kept, path, tag=tag)
     cache.reset(spark, kept, written_version=read + 1)
