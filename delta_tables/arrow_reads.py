@@ -117,11 +117,11 @@ class PartitionFiles:
     """The smallest value of the column asked for, over its files."""
 
 
-def partition_files_at(path: str, *, version: int, partition: str, column: str) -> dict[str, PartitionFiles] | None:
-    """Per value of the partition column ``partition``, its rows, its largest file's rows and the smallest value of
-    ``column`` at ``version``: from the statistics the log holds for each file (delta-rs reads the log: no Spark job,
-    no data file read). None where that does not apply (``table_rows_at``'s cases), where a file lacks those
-    statistics, or where a file has deleted rows (deletion vectors: its ``numRecords`` counts them)."""
+def _file_columns(path: str, version: int, names: Sequence[str]) -> list[list[Any]] | None:
+    """These columns of the version's add actions (one value per data file: ``num_records``, ``partition.<p>``,
+    ``min.<c>``, ...) as read from the Delta log by delta-rs (no Spark job, no data file read). None where that does
+    not apply (``table_rows_at``'s cases), where a file lacks one of them (no statistics), or where a file has deleted
+    rows (deletion vectors: its ``num_records`` counts them)."""
     folder = delta_rs_folder(path)
     if folder is None:
         return None
@@ -132,20 +132,40 @@ def partition_files_at(path: str, *, version: int, partition: str, column: str) 
         if any(batch.num_rows for batch in table.deletion_vectors()):
             return None
         actions = table.get_add_actions(flatten=True)  # an arro3 table: no pyarrow conversion (~2 s the first time)
-        names = ("num_records", f"partition.{partition}", f"min.{column}")
+        if actions.num_rows == 0:
+            return [[] for _ in names]  # no file (and then no statistics columns)
         if not set(names) <= set(actions.column_names):
-            return None  # no file (an empty table's actions have no statistics columns), or no such statistic
-        out: dict[str, PartitionFiles] = {}
-        for records, value, low in zip(*(actions.column(name).to_pylist() for name in names), strict=True):
-            if records is None or low is None:
-                return None  # a file written without statistics
-            seen = out.get(str(value))
-            out[str(value)] = (
-                PartitionFiles(int(records), int(records), low)
-                if seen is None
-                else PartitionFiles(seen.rows + records, max(seen.largest_file, records), min(seen.lowest, low))
-            )
-        return out
+            return None
+        columns: list[list[Any]] = [list(actions.column(name).to_pylist()) for name in names]
+        return None if any(value is None for column in columns for value in column) else columns
     except Exception as error:  # not readable this way: the caller asks Spark
         log.debug("delta-rs did not read the file statistics of %s at version %s: %s", path, version, error)
         return None
+
+
+def file_rows_at(path: str, *, version: int, column: str | None = None) -> list[tuple[str | None, int]] | None:
+    """Each data file of the table at ``version`` as (its value of partition column ``column``, or None without one;
+    its rows), from the log's file statistics (``_file_columns``); None where they are not known."""
+    names = ["num_records"] if column is None else ["num_records", f"partition.{column}"]
+    found = _file_columns(path, version, names)
+    if found is None:
+        return None
+    values = found[1] if column is not None else [None] * len(found[0])
+    return [(None if v is None else str(v), int(rows)) for rows, v in zip(found[0], values, strict=True)]
+
+
+def partition_files_at(path: str, *, version: int, partition: str, column: str) -> dict[str, PartitionFiles] | None:
+    """Per value of the partition column ``partition``, its rows, its largest file's rows and the smallest value of
+    ``column`` at ``version``, from the log's file statistics (``_file_columns``); None where they are not known."""
+    found = _file_columns(path, version, ["num_records", f"partition.{partition}", f"min.{column}"])
+    if found is None:
+        return None
+    out: dict[str, PartitionFiles] = {}
+    for records, value, low in zip(*found, strict=True):
+        seen = out.get(str(value))
+        out[str(value)] = (
+            PartitionFiles(int(records), int(records), low)
+            if seen is None
+            else PartitionFiles(seen.rows + records, max(seen.largest_file, records), min(seen.lowest, low))
+        )
+    return out

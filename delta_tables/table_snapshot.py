@@ -106,10 +106,15 @@ def table_row_counts(
 ) -> dict[str | None, int]:
     """Rows of the table at ``path`` at ``version`` per value of partition column ``column`` (None: all under None),
     only of ``values`` when given; values (as text, either way) with no row are absent. From the checksum
-    (``file_row_counts``: no Spark job) where it lists the files, else a Spark count (Delta answers it from the files'
-    statistics)."""
+    (``file_row_counts``: no Spark job) where it lists the files, else from the log's file statistics read by
+    delta-rs (``arrow_reads.file_rows_at``: no Spark job, a table on this machine's disk without deleted rows), else
+    a Spark count (Delta answers it from the files' statistics)."""
+    from delta_tables.arrow_reads import file_rows_at  # arrow_reads asks this module for its empty-table check
+
     wanted = None if values is None else set(values)
     files = file_row_counts(spark, path, version, column)
+    if files is None:
+        files = file_rows_at(path, version=version, column=column)
     if files is None:
         table = spark.read.format("delta").option("versionAsOf", version).load(path)
         if column is None:

@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from delta_tables import arrow_reads
-from delta_tables.arrow_reads import PartitionFiles, partition_files_at, table_rows_at
+from delta_tables.arrow_reads import PartitionFiles, file_rows_at, partition_files_at, table_rows_at
 from delta_tables.rules import RULES
 from delta_tables.table_snapshot import table_version
 from delta_tables.table_spec import add_missing_columns
@@ -129,6 +129,11 @@ def test_file_statistics_per_partition_are_what_spark_counts(spark: SparkSession
         "a": PartitionFiles(rows=20, largest_file=20, lowest=500),
         "b": PartitionFiles(rows=10, largest_file=10, lowest=20500),
     }
+    summed: dict[str | None, int] = {}
+    for value, rows_in_file in file_rows_at(path, version=version, column="stateId") or []:
+        summed[value] = summed.get(value, 0) + rows_in_file
+    assert summed == {"a": 35, "b": 10}
+    assert [rows_in_file for _, rows_in_file in file_rows_at(path, version=0) or []] in ([20, 10], [10, 20])
     assert partition_files_at(path, version=version, partition="stateId", column="nothing") is None
     assert partition_files_at("s3a://bucket/lake/tiles", version=0, partition="stateId", column="bucketStart") is None
     # Deleted rows (a deletion vector) are still in a file's numRecords: not known this way.
@@ -136,4 +141,5 @@ def test_file_statistics_per_partition_are_what_spark_counts(spark: SparkSession
     spark.sql(f"DELETE FROM delta.`{path}` WHERE bucketStart = 500")
     newest = table_version(spark, path)
     assert partition_files_at(path, version=newest, partition="stateId", column="bucketStart") is None
+    assert file_rows_at(path, version=newest, column="stateId") is None
     assert partition_files_at(path, version=version, partition="stateId", column="bucketStart") is not None

@@ -142,8 +142,8 @@ least halves their rows in the table (``FOLD_GAIN`` rows a tile); until then the
 Each batch appends a row per key and tile it touched, so a state's rows grow with the batches between rewrites;
 that is all a rewrite with nothing to trim saves, and it costs a Delta overwrite of the state's partitions (~1 s
 on a small table: Delta's DML reconstructs the snapshot's file list and commits). Decided on the table's content
-at the version read (the tiles of the cache against the rows the table holds: the log's file statistics,
-``state_files``, else ``rows_per_state``), so a replay decides the same."""
+at the version read (the tiles of the cache against the rows the table holds, ``rows_per_state``), so a replay
+decides the same."""
 
 
 def compact_state_tiles(run: BatchRun, cache: TableCache, horizons: dict[str, int]) -> None:
@@ -176,10 +176,7 @@ def compact_state_tiles(run: BatchRun, cache: TableCache, horizons: dict[str, in
             .collect()
         }
         untrimmed = [s for s, (_, beyond) in tiles.items() if not beyond]  # the others are due: no count needed
-        if files is not None:  # the log's statistics count the rows too
-            rows = {state: files[state].rows for state in untrimmed if state in files}
-        else:
-            rows = rows_per_state(spark, path, read, untrimmed) if untrimmed else {}
+        rows = rows_per_state(spark, path, read, untrimmed) if untrimmed else {}
         due = sorted([*due, *(s for s, (n, beyond) in tiles.items() if beyond > 0 or rows.get(s, 0) >= FOLD_GAIN * n)])
     if not due:
         return
