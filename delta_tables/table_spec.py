@@ -52,14 +52,22 @@ CHECKPOINT_PROPERTY = "delta.checkpointInterval"
 
 
 def checkpoint_every(commits: int) -> dict[str, str]:
-    """The table property that makes Delta write a checkpoint every ``commits`` commits (Delta's default: 10).
-
-    The engine's tables that commit on every micro-batch (bronze, the bucket state and the batch log always; the
-    alerts and the cooldown memory on every batch that raises an alert) checkpoint every 10, 11, 13, 17 and 19
-    commits: with one interval for all, one batch in ten wrote all their checkpoints (each a state reconstruction,
-    its validation against the checksum file and a Parquet write: the p99 batch); staggered, two coincide at most
-    once in 110 batches."""
+    """The table property that makes Delta write a checkpoint every ``commits`` commits (Delta's default: 10)."""
     return {CHECKPOINT_PROPERTY: str(commits)}
+
+
+DEFERRED_INTERVAL = 1000
+"""``delta.checkpointInterval`` of the tables whose checkpoints the engine writes beside the stream
+(``delta_tables.log_checkpoints``): Delta's own, on the commit path, only every 1,000 commits, for a writer that runs
+without it."""
+
+
+def checkpoints_deferred() -> dict[str, str]:
+    """The property of a table the engine commits to on every micro-batch (bronze, the bucket state and the batch log
+    always; the alerts and the cooldown memory on every batch that raises an alert): Delta's own checkpoint, a state
+    reconstruction, its validation against the checksum file and a Parquet write on the committing thread, would
+    hold up one batch in a few; the engine writes them after the batch instead (``LogCheckpoints``)."""
+    return checkpoint_every(DEFERRED_INTERVAL)
 
 
 LOCKS_FOLDER = "_locks"

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from delta.tables import DeltaTable
-from lakehouse_template import fresh_lakehouse
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -55,23 +54,6 @@ def test_init_creates_every_table_once(spark: SparkSession, settings: Settings) 
     assert bronze["partitionColumns"] == ["eventDate"]
     schema = spark.read.format("delta").load(settings.table_path("bronze_transactions")).schema
     assert schema["paymentAmount"].dataType.simpleString() == "decimal(18,2)"
-
-
-def test_the_tables_every_batch_commits_to_checkpoint_on_different_batches(
-    spark: SparkSession, settings: Settings
-) -> None:
-    """Bronze, the bucket state and the batch log commit once per micro-batch each, the alerts and the cooldown memory
-    once per alert-raising batch; with one checkpoint interval they all wrote their checkpoint on the same batch (the
-    p99 batch). Read back from the tables' own properties: each sets its interval."""
-    fresh_lakehouse(spark, settings)
-    every: dict[str, int] = {}
-    for name in ("bronze_transactions", "bucket_state", "batch_log", "alerts", "alert_cooldown"):
-        properties = DeltaTable.forPath(spark, settings.table_path(name)).detail().first()["properties"]
-        every[name] = int(properties["delta.checkpointInterval"])
-    assert len(set(every.values())) == 5, every
-    # Version v of each is batch v - 1 (version 0 is the CREATE); a checkpoint goes with each multiple of its interval.
-    assert max(sum(v % n == 0 for n in every.values()) for v in range(1, 110)) == 1, every
-    assert max(sum(v % n == 0 for n in every.values()) for v in range(1, 1001)) == 2, every
 
 
 def test_the_checksum_file_count_is_known_only_for_the_newest_version(spark: SparkSession, tmp_path: Path) -> None:

@@ -32,6 +32,7 @@ from reference_evaluator import RefBatch, evaluate
 
 from pipelines.base.settings import EngineSettings, Settings
 from pipelines.engine.batch_handler import BatchHandler
+from pipelines.engine.recovery import EnginePaths
 from rules_cdc.rule_model import Rule, RuleState
 
 MIN = 60_000
@@ -304,7 +305,8 @@ def _transactions(rng: random.Random, batch: int, high_water: int | None, n: int
 
 
 def test_engine_alerts_equal_the_reference(spark: SparkSession, settings: Settings) -> None:
-    engine = EngineSettings(retention_every_batches=2, distinct_cap=DISTINCT_CAP)
+    # Log checkpoints every 2 commits, so that later batches read logs that delta-rs checkpointed.
+    engine = EngineSettings(retention_every_batches=2, distinct_cap=DISTINCT_CAP, log_checkpoint_every=2)
     settings = settings.model_copy(update={"engine": engine})
     fresh_lakehouse(spark, settings)
     handler = BatchHandler(settings, app_id="engine-contract", report=lambda line: None)
@@ -326,6 +328,9 @@ def test_engine_alerts_equal_the_reference(spark: SparkSession, settings: Settin
         latest = max(t["eventTime"] for t in transactions)
         high_water = latest if high_water is None else max(high_water, latest)
 
+    checkpointed = {path for path, _ in handler.checkpoints.written}
+    paths = EnginePaths.of(settings)
+    assert set(paths.every_batch()) <= checkpointed, checkpointed
     reference = evaluate(ref_batches, bucket_seconds=60, allowed_lateness_seconds=300, distinct_cap=DISTINCT_CAP)
     expected = reference_alerts(reference)
     differences = alert_differences(expected, engine_alerts(spark, settings), shown=10)

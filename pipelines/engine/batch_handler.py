@@ -37,6 +37,7 @@ from delta_tables.alert_cooldown import fold_memory
 from delta_tables.batch_log import log_batch, previous_batch
 from delta_tables.bucket_state import TILE_COLUMNS, fold_tiles
 from delta_tables.idempotent import append_tagged, files_for
+from delta_tables.log_checkpoints import LogCheckpoints
 from delta_tables.table_snapshot import table_version
 from pipelines.base.settings import Settings
 from pipelines.base.spark_session import session_confs
@@ -108,6 +109,9 @@ class BatchHandler:
         )
         self._memory = TableCache(self.paths.alert_cooldown, fold=fold_memory, columns=MEMORY_ROWS)
         self._previous: dict[str, Any] | None = None  # batch-log row of the last batch this handler completed
+        # The log checkpoints of the tables every batch commits to: written after a batch (by delta-rs where it
+        # applies), not in its commits.
+        self.checkpoints = LogCheckpoints(settings.engine.log_checkpoint_every)
 
     @property
     def app_id(self) -> str:
@@ -206,6 +210,7 @@ class BatchHandler:
             crash_point("logged", batch_id)
             self._previous = row
             self.last_counts, self.last_steps = counts, steps.ms
+            self.checkpoints.after_commits(spark, self.paths.every_batch())
             self.report(
                 f"batch {batch_id}: {counts['rows']} rows ({counts['late']} late, {counts['quarantined']} quarantined),"
                 f" {counts['alerts']} alerts"

@@ -67,6 +67,11 @@ class EnginePaths:
             self.batch_log,
         )
 
+    def every_batch(self) -> tuple[str, ...]:
+        """The tables a micro-batch commits to (the alerts and the cooldown memory when it raises an alert), whose
+        log checkpoints the engine writes after the batch (``delta_tables.log_checkpoints``)."""
+        return (self.bronze, self.bucket_state, self.batch_log, self.alerts, self.alert_cooldown)
+
 
 @dataclass(frozen=True)
 class Pins:
