@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
 from delta_tables.idempotent import CommitTag, append_tagged, overwrite_tagged
-from delta_tables.table_spec import TableSpec, checkpoints_deferred
+from delta_tables.table_spec import TableSpec
 
 ALERT_COOLDOWN_SCHEMA = StructType(
     [
@@ -34,7 +34,8 @@ ALERT_COOLDOWN = TableSpec(
     name="alert_cooldown",
     schema=ALERT_COOLDOWN_SCHEMA,
     comment="Latest emitted alert event time per (rule, key), for rule cooldowns.",
-    properties={"delta.enableDeletionVectors": "true", **checkpoints_deferred()},
+    properties={"delta.enableDeletionVectors": "true"},
+    checkpoint_every=19,
 )
 
 

@@ -30,7 +30,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from delta_tables.table_spec import TableSpec, checkpoints_deferred
+from delta_tables.table_spec import TableSpec
 from delta_tables.transaction_types import AGGREGATE_TYPE
 
 ALERTS_SCHEMA = StructType(
@@ -84,5 +84,6 @@ ALERTS = TableSpec(
     schema=ALERTS_SCHEMA,
     comment="Rule violations: rule as evaluated, key, transaction, aggregate vs limit, detection latency.",
     partition_by=("detectedDate",),
-    properties={"delta.enableChangeDataFeed": "true", **checkpoints_deferred()},
+    properties={"delta.enableChangeDataFeed": "true"},
+    checkpoint_every=17,
 )

@@ -26,7 +26,7 @@ from pyspark.sql.types import (
 from delta_tables.idempotent import CommitTag, append_tagged
 from delta_tables.local_rows import local_frame
 from delta_tables.table_snapshot import table_file_count
-from delta_tables.table_spec import TableSpec, checkpoints_deferred
+from delta_tables.table_spec import TableSpec
 
 BATCH_LOG_SCHEMA = StructType(
     [
@@ -47,7 +47,7 @@ BATCH_LOG = TableSpec(
     name="batch_log",
     schema=BATCH_LOG_SCHEMA,
     comment="One row per committed micro-batch per job: pinned rules version, counts, timings.",
-    properties=checkpoints_deferred(),
+    checkpoint_every=13,
 )
 
 

@@ -17,7 +17,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from delta_tables.table_spec import TableSpec, checkpoints_deferred
+from delta_tables.table_spec import TableSpec
 from delta_tables.transaction_types import transaction_struct
 from pipelines.base.settings import TransactionSchema
 
@@ -46,5 +46,5 @@ def bronze_spec(schema: TransactionSchema) -> TableSpec:
         schema=bronze_schema(schema),
         comment="Accepted transactions with ingestion time, source offset and lateness flag.",
         partition_by=("eventDate",),
-        properties=checkpoints_deferred(),
+        checkpoint_every=10,
     )

@@ -36,7 +36,7 @@ from pyspark.sql.types import ArrayType, IntegerType, LongType, StringType, Stru
 
 from delta_tables.idempotent import CommitTag, append_tagged, overwrite_tagged, tagged_dml
 from delta_tables.table_snapshot import table_row_counts
-from delta_tables.table_spec import TableSpec, checkpoints_deferred
+from delta_tables.table_spec import TableSpec
 from delta_tables.transaction_types import AGGREGATE_TYPE
 
 TILE_COLUMNS = (
@@ -84,8 +84,8 @@ BUCKET_STATE = TableSpec(
     properties={
         "delta.enableDeletionVectors": "true",
         "delta.autoOptimize.optimizeWrite": "false",
-        **checkpoints_deferred(),
     },
+    checkpoint_every=11,
 )
 
 

@@ -5,20 +5,21 @@ Delta writes a table's checkpoint in the post-commit hook of every ``delta.check
 committing thread: a state reconstruction job, its validation against the checksum file and a Parquet write, all
 before the write returns (bronze's at version 10: 3.5 s of Spark work, 2.4 s of batch time on 2 busy cores, in a
 7.9-s batch whose neighbours took 5.2-5.5 s). The engine's tables commit on every micro-batch, so one batch in a few
-carried one. They are created with an interval of ``table_spec.DEFERRED_INTERVAL`` (Delta's own only every 1,000
-commits, for a writer that runs without this), and ``LogCheckpoints.after_commits`` writes a checkpoint of each
-table that is ``every`` commits past its last one:
+carried one. On this machine's disk they are created with an interval of ``table_spec.DEFERRED_INTERVAL`` (Delta's
+own only every 1,000 commits, for a writer that runs without this; ``TableSpec.checkpoint_every``), and
+``LogCheckpoints.after_commits`` writes a checkpoint of each such table that is ``every`` commits past its last one:
 
-* with delta-rs (``DeltaTable.create_checkpoint``: 17-33 ms for the engine's tables) where it applies: a table on
-  this machine's disk (``arrow_reads.delta_rs_folder``) whose table features are all in ``DELTA_RS_FEATURES``,
-  each of which test_log_checkpoints shows to read back in Spark as it did before (deletion vectors in use, the
-  change data feed, append-only, invariants);
+* with delta-rs (``DeltaTable.create_checkpoint``: 17-33 ms for the engine's tables) where the library is installed
+  and the table's features are all in ``DELTA_RS_FEATURES``, each of which test_log_checkpoints shows to read back
+  in Spark as it did before (deletion vectors in use, the change data feed, append-only, invariants);
 * else with Spark's own ``DeltaLog.checkpoint``, at most one table per call (the most overdue), so that two tables'
   checkpoints never fall in one batch.
 
-A checkpoint is no part of a table's contents: the same version reads the same with or without one, and one that
-fails leaves the table as it was (logged, not raised). The decision is the distance from the last checkpoint, read
-from the table's ``_last_checkpoint`` the first time, so a call that wrote nothing is caught up by the next.
+A table elsewhere (an object store, Databricks), or with another interval (a lakehouse made before), keeps Delta's
+own checkpoints and is left alone here. A checkpoint is no part of a table's contents: the same version reads the
+same with or without one, and one that fails leaves the table as it was (logged, not raised). The decision is the
+distance from the last checkpoint, read from the table's ``_last_checkpoint`` the first time, so a call that wrote
+nothing is caught up by the next.
 
 Example::
 
@@ -36,6 +37,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from delta_tables.arrow_reads import delta_rs_folder
+from delta_tables.table_spec import CHECKPOINT_PROPERTY, DEFERRED_INTERVAL, local_folder
 from pipelines.base.jvm_classes import jvm_class
 
 log = logging.getLogger(__name__)
@@ -84,10 +86,17 @@ class LogCheckpoints:
         return written
 
     def _due(self, spark: SparkSession, path: str) -> tuple[int, Any] | None:
-        """(newest version, the table's JVM DeltaLog) if the table is ``every`` commits past its last checkpoint."""
+        """(newest version, the table's JVM DeltaLog) if the table defers its checkpoints to this and is ``every``
+        commits past its last one."""
+        if local_folder(path) is None:
+            return None  # elsewhere the table keeps Delta's own checkpoints (TableSpec.checkpoint_every)
         none = jvm_class(spark, "scala.Option").empty()
         delta_log = jvm_class(spark, "org.apache.spark.sql.delta.DeltaLog").forTable(spark._jsparkSession, path)
-        version = int(delta_log.update(False, none, none).version())
+        snapshot = delta_log.update(False, none, none)
+        interval = snapshot.metadata().configuration().get(CHECKPOINT_PROPERTY)
+        if not interval.isDefined() or interval.get() != str(DEFERRED_INTERVAL):
+            return None  # Delta's own, in its commits (a table of a lakehouse made before, or another interval)
+        version = int(snapshot.version())
         if path not in self._checkpointed:
             info = delta_log.readLastCheckpointFile()
             self._checkpointed[path] = int(info.get().version()) if info.isDefined() else -1

@@ -57,17 +57,9 @@ def checkpoint_every(commits: int) -> dict[str, str]:
 
 
 DEFERRED_INTERVAL = 1000
-"""``delta.checkpointInterval`` of the tables whose checkpoints the engine writes beside the stream
-(``delta_tables.log_checkpoints``): Delta's own, on the commit path, only every 1,000 commits, for a writer that runs
-without it."""
-
-
-def checkpoints_deferred() -> dict[str, str]:
-    """The property of a table the engine commits to on every micro-batch (bronze, the bucket state and the batch log
-    always; the alerts and the cooldown memory on every batch that raises an alert): Delta's own checkpoint, a state
-    reconstruction, its validation against the checksum file and a Parquet write on the committing thread, would
-    hold up one batch in a few; the engine writes them after the batch instead (``LogCheckpoints``)."""
-    return checkpoint_every(DEFERRED_INTERVAL)
+"""``delta.checkpointInterval`` of a table on this machine's disk whose checkpoints the engine writes after its
+batches (``TableSpec.checkpoint_every``, ``delta_tables.log_checkpoints``): Delta's own, on the commit path, only
+every 1,000 commits, for a writer that runs without it."""
 
 
 LOCKS_FOLDER = "_locks"
@@ -100,9 +92,21 @@ class TableSpec:
     comment: str
     partition_by: tuple[str, ...] = ()
     properties: dict[str, str] = field(default_factory=dict)
+    # A table the engine commits to on every micro-batch: Delta's own checkpoint, in the commit that reaches the
+    # interval (a state reconstruction, its validation and a Parquet write on the committing thread), would hold up
+    # one batch in a few, so the engine writes it after the batch (delta_tables.log_checkpoints) and the table on this
+    # machine's disk gets DEFERRED_INTERVAL. Elsewhere (an object store, Databricks) Delta's own every this many
+    # commits; the five tables' intervals (10, 11, 13, 17, 19) are staggered so that one batch writes one checkpoint
+    # and two coincide at most once in 110 batches.
+    checkpoint_every: int | None = None
 
-    def all_properties(self) -> dict[str, str]:
-        return {**COMMON_PROPERTIES, **self.properties}
+    def all_properties(self, path: str | None = None) -> dict[str, str]:
+        """The table's properties; the checkpoint interval follows where ``path`` is (``checkpoint_every``)."""
+        properties = {**COMMON_PROPERTIES, **self.properties}
+        if self.checkpoint_every is not None:
+            local = path is not None and local_folder(path) is not None
+            properties.update(checkpoint_every(DEFERRED_INTERVAL if local else self.checkpoint_every))
+        return properties
 
 
 class TableMismatchError(RuntimeError):
@@ -128,7 +132,7 @@ def create_table(
     of an older release) are added. A table another writer created while this one tried (a lost race) must also
     have the spec's partitioning and these properties: both were meant to make the same table. Other writers
     that keep winning for ~13 s (``backoff``) raise ``TableConflictError``."""
-    wanted = {**spec.all_properties(), **(properties or {})}
+    wanted = {**spec.all_properties(path), **(properties or {})}
     with _creation_lock(path):
         lost_race = False
         pauses = backoff.pauses()

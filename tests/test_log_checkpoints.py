@@ -13,7 +13,12 @@ import pytest
 from lakehouse_template import fresh_lakehouse
 from pyspark.sql import SparkSession
 
+from delta_tables.alert_cooldown import ALERT_COOLDOWN
+from delta_tables.alerts import ALERTS
 from delta_tables.arrow_reads import table_rows_at
+from delta_tables.batch_log import BATCH_LOG
+from delta_tables.bronze_transactions import bronze_spec
+from delta_tables.bucket_state import BUCKET_STATE
 from delta_tables.log_checkpoints import LogCheckpoints
 from delta_tables.table_spec import CHECKPOINT_PROPERTY, DEFERRED_INTERVAL
 from pipelines.base.jvm_classes import jvm_class
@@ -111,7 +116,8 @@ def test_spark_writes_a_checkpoint_where_delta_rs_does_not_apply_one_table_a_cal
     spark: SparkSession, tmp_path: Path
 ) -> None:
     """A table feature outside DELTA_RS_FEATURES (here column mapping): Spark's own checkpoint, the most overdue
-    table first and one per call, so that two never fall in one batch."""
+    table first and one per call, so that two never fall in one batch. A table that does not defer its checkpoints
+    is left to Delta."""
     paths = [str(tmp_path / name) for name in ("a", "b")]
     for path, commits in zip(paths, (3, 4), strict=True):
         _create(spark, path, {"delta.columnMapping.mode": "name"})
@@ -125,12 +131,27 @@ def test_spark_writes_a_checkpoint_where_delta_rs_does_not_apply_one_table_a_cal
     assert checkpoints.after_commits(spark, paths) == []
     assert _checkpoints(paths[0]) == [3] and _checkpoints(paths[1]) == [4]
     assert LogCheckpoints(every=0).after_commits(spark, paths) == []  # off: Delta's own only
+    own = str(tmp_path / "own")  # another interval (a lakehouse made before): Delta's own, left alone here
+    _create(spark, own, {CHECKPOINT_PROPERTY: "10"})
+    spark.range(2).selectExpr("id", "CAST(1 AS BIGINT) AS batch").write.format("delta").mode("append").save(own)
+    assert LogCheckpoints(every=1).after_commits(spark, [own]) == [] and _checkpoints(own) == []
 
 
-def test_the_tables_every_batch_commits_to_defer_their_checkpoints(spark: SparkSession, settings: Settings) -> None:
+def test_the_tables_every_batch_commits_to_defer_their_checkpoints_on_this_disk_and_stagger_them_elsewhere(
+    spark: SparkSession, settings: Settings
+) -> None:
     """Bronze, the bucket state and the batch log commit once per micro-batch, the alerts and the cooldown memory
-    once per alert-raising batch: Delta's own checkpoint in their commits would hold up one batch in a few."""
+    once per alert-raising batch: Delta's own checkpoint in their commits would hold up one batch in a few. On this
+    machine's disk the engine writes them after the batch; on an object store Delta's own, staggered."""
     fresh_lakehouse(spark, settings)
     for path in EnginePaths.of(settings).every_batch():
         properties = spark.sql(f"SHOW TBLPROPERTIES delta.`{path}`").collect()
         assert {r["key"]: r["value"] for r in properties}[CHECKPOINT_PROPERTY] == str(DEFERRED_INTERVAL), path
+    specs = [bronze_spec(settings.transaction_schema), BUCKET_STATE, BATCH_LOG, ALERTS, ALERT_COOLDOWN]
+    every = {
+        spec.name: int(spec.all_properties(f"s3a://bucket/lake/{spec.name}")[CHECKPOINT_PROPERTY]) for spec in specs
+    }
+    assert len(set(every.values())) == 5, every
+    # Version v of each is batch v - 1 (version 0 is the CREATE); a checkpoint goes with each multiple of its interval.
+    assert max(sum(v % n == 0 for n in every.values()) for v in range(1, 110)) == 1, every
+    assert max(sum(v % n == 0 for n in every.values()) for v in range(1, 1001)) == 2, every
