@@ -23,6 +23,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from delta_tables.arrow_writes import append_rows_at
 from delta_tables.idempotent import CommitTag, append_tagged
 from delta_tables.local_rows import local_frame
 from delta_tables.table_snapshot import table_file_count
@@ -52,8 +53,11 @@ BATCH_LOG = TableSpec(
 
 
 def log_batch(spark: SparkSession, path: str, row: dict[str, Any], *, tag: CommitTag | None) -> None:
-    """Append the batch's row (BATCH_LOG_SCHEMA fields) in one commit carrying ``tag``."""
-    append_tagged(local_frame(spark, [row], BATCH_LOG_SCHEMA), path, tag)  # literals: no Python worker
+    """Append the batch's row (BATCH_LOG_SCHEMA fields) in one commit carrying ``tag``: by delta-rs where it applies
+    (``arrow_writes``: no Spark job), else by Spark."""
+    values = tuple(row.get(field.name) for field in BATCH_LOG_SCHEMA.fields)
+    if not append_rows_at(path, [values], BATCH_LOG_SCHEMA, user_metadata=tag.to_json() if tag else None):
+        append_tagged(local_frame(spark, [row], BATCH_LOG_SCHEMA), path, tag)  # literals: no Python worker
 
 
 def previous_batch(spark: SparkSession, path: str, job: str, batch_id: int) -> dict[str, Any] | None:

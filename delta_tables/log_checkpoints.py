@@ -30,9 +30,10 @@ Example::
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
-from typing import Any
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
@@ -61,23 +62,22 @@ class LogCheckpoints:
         if self.every <= 0:
             return []
         written: list[tuple[str, int]] = []
-        by_spark: list[tuple[int, str, Any]] = []  # (commits past the last checkpoint, path, its DeltaLog)
+        by_spark: list[tuple[int, str]] = []  # (commits past the last checkpoint, path)
         for path in paths:
             try:
-                due = self._due(spark, path)
-                if due is None:
+                version = self._due(spark, path)
+                if version is None:
                     continue
-                version, delta_log = due
                 if _delta_rs_checkpoint(path, version):
                     written.append((path, version))
                 else:
-                    by_spark.append((version - self._checkpointed[path], path, delta_log))
+                    by_spark.append((version - self._checkpointed[path], path))
             except Exception as error:  # a checkpoint is an optimization: the table reads the same without one
                 log.warning("no log checkpoint of %s: %s", path, error)
         if by_spark:
-            _, path, delta_log = max(by_spark, key=lambda item: item[0])
+            _, path = max(by_spark)
             try:
-                written.append((path, _spark_checkpoint(spark, delta_log)))
+                written.append((path, _spark_checkpoint(spark, path)))
             except Exception as error:
                 log.warning("no log checkpoint of %s: %s", path, error)
         for path, version in written:
@@ -85,22 +85,40 @@ class LogCheckpoints:
         self.written.extend(written)
         return written
 
-    def _due(self, spark: SparkSession, path: str) -> tuple[int, Any] | None:
-        """(newest version, the table's JVM DeltaLog) if the table defers its checkpoints to this and is ``every``
-        commits past its last one."""
+    def _due(self, spark: SparkSession, path: str) -> int | None:
+        """The table's newest version if it defers its checkpoints to this and is ``every`` commits past its last
+        one; else None."""
         if local_folder(path) is None:
             return None  # elsewhere the table keeps Delta's own checkpoints (TableSpec.checkpoint_every)
-        none = jvm_class(spark, "scala.Option").empty()
-        delta_log = jvm_class(spark, "org.apache.spark.sql.delta.DeltaLog").forTable(spark._jsparkSession, path)
-        snapshot = delta_log.update(False, none, none)
-        interval = snapshot.metadata().configuration().get(CHECKPOINT_PROPERTY)
-        if not interval.isDefined() or interval.get() != str(DEFERRED_INTERVAL):
+        version, interval, last = _log_facts(spark, path)
+        if interval != str(DEFERRED_INTERVAL):
             return None  # Delta's own, in its commits (a table of a lakehouse made before, or another interval)
-        version = int(snapshot.version())
-        if path not in self._checkpointed:
-            info = delta_log.readLastCheckpointFile()
-            self._checkpointed[path] = int(info.get().version()) if info.isDefined() else -1
-        return (version, delta_log) if version - self._checkpointed[path] >= self.every else None
+        self._checkpointed.setdefault(path, last)
+        return version if version - self._checkpointed[path] >= self.every else None
+
+
+def _log_facts(spark: SparkSession, path: str) -> tuple[int, str | None, int]:
+    """(newest version, its checkpoint interval property, the version of its last checkpoint or -1) of a table on
+    this machine's disk: from the log by delta-rs (no JVM: Spark would load a version delta-rs wrote, which has no
+    checksum file, with a job), else by Spark's DeltaLog."""
+    folder = delta_rs_folder(path)
+    if folder is not None:
+        from deltalake import DeltaTable
+
+        table = DeltaTable(folder)
+        hint = Path(folder, "_delta_log", "_last_checkpoint")
+        last = int(json.loads(hint.read_text())["version"]) if hint.is_file() else -1
+        return table.version(), table.metadata().configuration.get(CHECKPOINT_PROPERTY), last
+    none = jvm_class(spark, "scala.Option").empty()
+    delta_log = jvm_class(spark, "org.apache.spark.sql.delta.DeltaLog").forTable(spark._jsparkSession, path)
+    snapshot = delta_log.update(False, none, none)
+    interval = snapshot.metadata().configuration().get(CHECKPOINT_PROPERTY)
+    info = delta_log.readLastCheckpointFile()
+    return (
+        int(snapshot.version()),
+        str(interval.get()) if interval.isDefined() else None,
+        int(info.get().version()) if info.isDefined() else -1,
+    )
 
 
 def _delta_rs_checkpoint(path: str, version: int) -> bool:
@@ -123,9 +141,10 @@ def _delta_rs_checkpoint(path: str, version: int) -> bool:
     return True
 
 
-def _spark_checkpoint(spark: SparkSession, delta_log: Any) -> int:
+def _spark_checkpoint(spark: SparkSession, path: str) -> int:
     """Write the checkpoint of the table's newest snapshot with Spark (Delta's own code: jobs); its version."""
     none = jvm_class(spark, "scala.Option").empty()
+    delta_log = jvm_class(spark, "org.apache.spark.sql.delta.DeltaLog").forTable(spark._jsparkSession, path)
     snapshot = delta_log.update(False, none, none)
     delta_log.checkpoint(snapshot, none)
     return int(snapshot.version())

@@ -1,6 +1,6 @@
-"""The registry written on the driver by delta-rs (``delta_tables.arrow_writes``) is what Spark would have written:
-Spark's Delta reader reads the same rows at every version (past delta-rs' own checkpoint too), the batch's tag is
-found where a replay looks for it, and Spark can write the table again after it. Where delta-rs does not apply
+"""The registry and the batch log written on the driver by delta-rs (``delta_tables.arrow_writes``) are what Spark
+would have written: Spark's Delta reader reads the same rows at every version (past delta-rs' own checkpoint too),
+the batch's tag is found where a replay looks for it, and Spark can write the table again after it. Where delta-rs does not apply
 (a path on an object store, a table with table features) nothing is committed by it and Spark writes.
 """
 
@@ -13,8 +13,9 @@ from typing import Any
 from lakehouse_template import fresh_lakehouse
 from pyspark.sql import SparkSession
 
-from delta_tables.arrow_writes import overwrite_rows_at
-from delta_tables.idempotent import CommitTag, batch_commits
+from delta_tables.arrow_writes import append_rows_at, overwrite_rows_at
+from delta_tables.batch_log import BATCH_LOG_SCHEMA, log_batch, previous_batch
+from delta_tables.idempotent import CommitTag, append_tagged, batch_commits
 from delta_tables.local_rows import local_frame
 from delta_tables.rule_states import RULE_STATES_SCHEMA, replace_registry
 from delta_tables.table_snapshot import table_version
@@ -88,3 +89,61 @@ def test_it_declines_what_it_cannot_write_as_spark_does_and_commits_nothing(
     replace_registry(spark, _rows(3, 60), path, tag=tag)
     assert _spark_rows(spark, path, table_version(spark, path)) == sorted(_rows(3, 60))
     assert batch_commits(spark, path, "engine-arrow", 3) == [tag]
+
+
+def _log_row(batch: int) -> dict[str, Any]:
+    return {
+        "job": "engine-arrow",
+        "batchId": batch,
+        "rulesVersion": 3 if batch else None,
+        "startedAt": NOW + dt.timedelta(seconds=batch),
+        "finishedAt": NOW + dt.timedelta(seconds=batch, milliseconds=2500),
+        "durationMs": 2500.5,
+        "counts": {"rows": 2000 + batch, "alerts": batch},
+        "metrics": {"plan": 350.25, "evaluate": 2033.0},
+        "maxEventTimeMs": None if batch == 0 else 1_795_000_000_000 + batch,
+        "pins": {"rules": 3, "state": None, "bronze": batch},
+    }
+
+
+def _log_rows(spark: SparkSession, path: str) -> list[tuple[Any, ...]]:
+    frame = spark.read.format("delta").load(path)
+    utc = frame.selectExpr(
+        "*",
+        "to_utc_timestamp(startedAt, current_timezone()) AS s",
+        "to_utc_timestamp(finishedAt, current_timezone()) AS f",
+    )
+    return sorted(
+        (r.job, r.batchId, r.rulesVersion, r.s, r.f, r.durationMs, r.counts, r.metrics, r.maxEventTimeMs, r.pins)
+        for r in utc.collect()
+    )
+
+
+def test_the_batch_log_appended_by_delta_rs_is_what_spark_appends_and_tags_it_for_replays(
+    spark: SparkSession, settings: Settings
+) -> None:
+    """The engine's end-of-batch row (maps, doubles, timestamps, nulls in a map and a column) by ``log_batch``, beside
+    the same rows appended by Spark to a twin table: Spark reads the two alike, the tag is where a replay looks, and
+    the engine's reader of the previous batch finds it."""
+    fresh_lakehouse(spark, settings)
+    path, twin = settings.table_path("batch_log"), settings.table_path("batch_log_twin")
+    rows = [_log_row(batch) for batch in range(3)]
+    local_frame(spark, [], BATCH_LOG_SCHEMA).write.format("delta").save(twin)
+    for row in rows:
+        tag = CommitTag("engine-arrow", row["batchId"], "batch-log", {"rules": 3})
+        log_batch(spark, path, row, tag=tag)
+        append_tagged(local_frame(spark, [row], BATCH_LOG_SCHEMA), twin, tag)
+        assert batch_commits(spark, path, "engine-arrow", row["batchId"]) == [tag]
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").where("version > 0").select("engineInfo").collect()
+    assert {str(r.engineInfo).split(":")[0] for r in history} == {"delta-rs"}  # no Spark job wrote it
+    assert _log_rows(spark, path) == _log_rows(spark, twin)
+    assert len(_log_rows(spark, path)) == 3 and _log_rows(spark, path)[2][6] == {"rows": 2002, "alerts": 2}
+    previous = previous_batch(spark, path, "engine-arrow", 2)
+    assert (
+        previous is not None
+        and previous["batchId"] == 1
+        and previous["pins"] == {"rules": 3, "state": None, "bronze": 1}
+    )
+    assert not append_rows_at(
+        "s3a://bucket/lake/batch_log", [tuple(rows[0].values())], BATCH_LOG_SCHEMA, user_metadata=None
+    )

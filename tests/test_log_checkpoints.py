@@ -64,6 +64,11 @@ def test_checkpoints_follow_the_commits_and_read_as_the_commits_did(spark: Spark
     assert later.written == [(path, 11)] and _checkpoints(path) == [2, 5, 8, 11]
 
 
+def _changes(spark: SparkSession, path: str) -> list[tuple[int, str, int]]:
+    feed = spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", 1).load(path)
+    return sorted((r["id"], r["_change_type"], r["_commit_version"]) for r in feed.collect())
+
+
 def _create(spark: SparkSession, path: str, properties: dict[str, str]) -> None:
     options = {CHECKPOINT_PROPERTY: str(DEFERRED_INTERVAL), **properties}
     listed = ", ".join(f"'{k}' = '{v}'" for k, v in options.items())
@@ -86,27 +91,13 @@ def test_deletion_vectors_and_the_change_feed_read_the_same_after_a_delta_rs_che
     log_text = "".join(p.read_text() for p in Path(vectors, "_delta_log").glob("*.json"))
     assert '"deletionVector"' in log_text  # the DELETE marked rows rather than rewriting files
     before = {path: _rows(spark, path) for path in (vectors, feed)}
-    changes = sorted(
-        (r["id"], r["_change_type"], r["_commit_version"])
-        for r in spark.read.format("delta")
-        .option("readChangeFeed", "true")
-        .option("startingVersion", 1)
-        .load(feed)
-        .collect()
-    )
+    changes = _changes(spark, feed)
     checkpoints = LogCheckpoints(every=3)
     assert sorted(checkpoints.after_commits(spark, [vectors, feed])) == sorted([(vectors, 4), (feed, 3)])
     jvm_class(spark, "org.apache.spark.sql.delta.DeltaLog").clearCache()
     assert {path: _rows(spark, path) for path in (vectors, feed)} == before
     assert len(before[vectors]) == 12  # 18 rows, 6 deleted
-    again = sorted(
-        (r["id"], r["_change_type"], r["_commit_version"])
-        for r in spark.read.format("delta")
-        .option("readChangeFeed", "true")
-        .option("startingVersion", 1)
-        .load(feed)
-        .collect()
-    )
+    again = _changes(spark, feed)
     assert again == changes and len(changes) == 18
     with pytest.raises(Exception, match=r"(?i)append"):  # the append-only property came through the checkpoint
         spark.sql(f"DELETE FROM delta.`{feed}` WHERE id = 10")
