@@ -1,7 +1,7 @@
 """The registry and the batch log written on the driver by delta-rs (``delta_tables.arrow_writes``) are what Spark
 would have written: Spark's Delta reader reads the same rows at every version (past delta-rs' own checkpoint too),
-the batch's tag is found where a replay looks for it, and Spark can write the table again after it. Where delta-rs does not apply
-(a path on an object store, a table with table features) nothing is committed by it and Spark writes.
+the batch's tag is found where a replay looks for it, and Spark can write the table again after it. Where delta-rs
+does not apply (a path on an object store, a table with table features) nothing is committed by it and Spark writes.
 """
 
 from __future__ import annotations
