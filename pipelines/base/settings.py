@@ -95,8 +95,8 @@ class EngineSettings(_Frozen):
     trigger_interval_seconds: float = Field(1, gt=0)
     retention_every_batches: int = Field(20, ge=1)
     # The tables every micro-batch commits to get a Delta log checkpoint this many commits after their last one,
-    # written after the batch on a background thread, not in the commit (delta_tables/log_checkpoints.py); 0: only
-    # Delta's own, every 1,000 commits on the commit path (table_spec.DEFERRED_INTERVAL).
+    # written after the batch (by delta-rs where it applies), not in a commit (delta_tables/log_checkpoints.py); 0:
+    # only Delta's own, every 1,000 commits on the commit path (table_spec.DEFERRED_INTERVAL). Local tables only.
     log_checkpoint_every: int = Field(10, ge=0)
     # Retention's step for an append-only table (bronze, alerts, quarantine, batch log) bin-packs its small files only
     # once it holds at least this many (Delta's auto compaction waits for 50 too: autoCompact.minNumFiles).
