@@ -34,10 +34,12 @@ import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import SparkSession
 
 from delta_tables.arrow_reads import delta_rs_folder
+from delta_tables.table_snapshot import newest_snapshot
 from delta_tables.table_spec import CHECKPOINT_PROPERTY, DEFERRED_INTERVAL, local_folder
 from pipelines.base.jvm_classes import jvm_class
 
@@ -65,10 +67,11 @@ class LogCheckpoints:
         by_spark: list[tuple[int, str]] = []  # (commits past the last checkpoint, path)
         for path in paths:
             try:
-                version = self._due(spark, path)
-                if version is None:
+                due = self._due(spark, path)
+                if due is None:
                     continue
-                if _delta_rs_checkpoint(path, version):
+                version, table = due
+                if table is not None and _delta_rs_checkpoint(path, table):
                     written.append((path, version))
                 else:
                     by_spark.append((version - self._checkpointed[path], path))
@@ -85,22 +88,22 @@ class LogCheckpoints:
         self.written.extend(written)
         return written
 
-    def _due(self, spark: SparkSession, path: str) -> int | None:
-        """The table's newest version if it defers its checkpoints to this and is ``every`` commits past its last
-        one; else None."""
+    def _due(self, spark: SparkSession, path: str) -> tuple[int, Any] | None:
+        """(newest version, the delta-rs table loaded at it or None) if the table defers its checkpoints to this and
+        is ``every`` commits past its last one; else None."""
         if local_folder(path) is None:
             return None  # elsewhere the table keeps Delta's own checkpoints (TableSpec.checkpoint_every)
-        version, interval, last = _log_facts(spark, path)
+        version, interval, last, table = _log_facts(spark, path)
         if interval != str(DEFERRED_INTERVAL):
             return None  # Delta's own, in its commits (a table of a lakehouse made before, or another interval)
         self._checkpointed.setdefault(path, last)
-        return version if version - self._checkpointed[path] >= self.every else None
+        return (version, table) if version - self._checkpointed[path] >= self.every else None
 
 
-def _log_facts(spark: SparkSession, path: str) -> tuple[int, str | None, int]:
-    """(newest version, its checkpoint interval property, the version of its last checkpoint or -1) of a table on
-    this machine's disk: from the log by delta-rs (no JVM: Spark would load a version delta-rs wrote, which has no
-    checksum file, with a job), else by Spark's DeltaLog."""
+def _log_facts(spark: SparkSession, path: str) -> tuple[int, str | None, int, Any]:
+    """(newest version, its checkpoint interval property, the version of its last checkpoint or -1, the delta-rs
+    table loaded at that version or None) of a table on this machine's disk: from the log by delta-rs (no JVM: Spark
+    would load a version delta-rs wrote, which has no checksum file, with a job), else by Spark's DeltaLog."""
     folder = delta_rs_folder(path)
     if folder is not None:
         from deltalake import DeltaTable
@@ -108,28 +111,22 @@ def _log_facts(spark: SparkSession, path: str) -> tuple[int, str | None, int]:
         table = DeltaTable(folder)
         hint = Path(folder, "_delta_log", "_last_checkpoint")
         last = int(json.loads(hint.read_text())["version"]) if hint.is_file() else -1
-        return table.version(), table.metadata().configuration.get(CHECKPOINT_PROPERTY), last
-    none = jvm_class(spark, "scala.Option").empty()
-    delta_log = jvm_class(spark, "org.apache.spark.sql.delta.DeltaLog").forTable(spark._jsparkSession, path)
-    snapshot = delta_log.update(False, none, none)
+        return table.version(), table.metadata().configuration.get(CHECKPOINT_PROPERTY), last, table
+    snapshot = newest_snapshot(spark, path)
     interval = snapshot.metadata().configuration().get(CHECKPOINT_PROPERTY)
-    info = delta_log.readLastCheckpointFile()
+    info = snapshot.deltaLog().readLastCheckpointFile()
     return (
         int(snapshot.version()),
         str(interval.get()) if interval.isDefined() else None,
         int(info.get().version()) if info.isDefined() else -1,
+        None,
     )
 
 
-def _delta_rs_checkpoint(path: str, version: int) -> bool:
-    """Write the checkpoint of ``version`` with delta-rs if it applies to the table; whether it did."""
-    folder = delta_rs_folder(path)
-    if folder is None:
-        return False
-    from deltalake import DeltaTable  # only where delta_rs_folder found the library
-
+def _delta_rs_checkpoint(path: str, table: Any) -> bool:
+    """Write the checkpoint of the delta-rs ``table`` at the version it was loaded at, if delta-rs applies to its
+    features; whether it did."""
     try:
-        table = DeltaTable(folder, version=version)
         protocol = table.protocol()
         features = {*(protocol.reader_features or ()), *(protocol.writer_features or ())}
         if protocol.min_reader_version > 3 or protocol.min_writer_version > 7 or not features <= DELTA_RS_FEATURES:
@@ -143,8 +140,6 @@ def _delta_rs_checkpoint(path: str, version: int) -> bool:
 
 def _spark_checkpoint(spark: SparkSession, path: str) -> int:
     """Write the checkpoint of the table's newest snapshot with Spark (Delta's own code: jobs); its version."""
-    none = jvm_class(spark, "scala.Option").empty()
-    delta_log = jvm_class(spark, "org.apache.spark.sql.delta.DeltaLog").forTable(spark._jsparkSession, path)
-    snapshot = delta_log.update(False, none, none)
-    delta_log.checkpoint(snapshot, none)
+    snapshot = newest_snapshot(spark, path)
+    snapshot.deltaLog().checkpoint(snapshot, jvm_class(spark, "scala.Option").empty())
     return int(snapshot.version())

@@ -26,7 +26,7 @@ from pyspark.sql import functions as F
 from pipelines.base.jvm_classes import jvm_class
 
 
-def _newest_snapshot(spark: SparkSession, path: str) -> Any:
+def newest_snapshot(spark: SparkSession, path: str) -> Any:
     """The JVM ``Snapshot`` of the table's newest version (a listing of its log, no Spark job); raises where the JVM
     ``DeltaLog`` is not reachable (Spark Connect)."""
     none = jvm_class(spark, "scala.Option").empty()
@@ -40,7 +40,7 @@ def table_version(spark: SparkSession, path: str) -> int:
     Falls back to ``DESCRIBE HISTORY`` (a Spark job) where the JVM ``DeltaLog`` is not reachable (Spark Connect).
     """
     try:
-        return int(_newest_snapshot(spark, path).version())
+        return int(newest_snapshot(spark, path).version())
     except Exception:  # any failure of the fast path: use the public API
         row = DeltaTable.forPath(spark, path).history(1).select("version").first()
         if row is None:
@@ -65,7 +65,7 @@ def table_file_count(spark: SparkSession, path: str, version: int | None = None)
 def _newest_checksum(spark: SparkSession, path: str, version: int | None) -> Any:
     """The JVM ``VersionChecksum`` of the table's newest version, if that is ``version`` (None: whichever it is) and
     Delta wrote one; else None. Raises where the JVM ``DeltaLog`` is not reachable."""
-    snapshot = _newest_snapshot(spark, path)
+    snapshot = newest_snapshot(spark, path)
     if version is not None and int(snapshot.version()) != version:
         return None
     checksum = snapshot.checksumOpt()
