@@ -163,6 +163,7 @@ def compact_state_tiles(run: BatchRun, cache: TableCache, horizons: dict[str, in
     due = sorted(s for s in horizons if files is not None and s in files and files[s].lowest < horizons[s])
     unknown = sorted(s for s in horizons if s not in due)
     cache.ensure(spark, read)
+    tiles: dict[str, tuple[int, int]] = {}  # per state looked at: its tiles, and how many start before its horizon
     if unknown:
         # The others from one aggregation of their cached rows (no fold, nothing stored): their tiles, and how many
         # of them start before the horizon.
@@ -192,7 +193,10 @@ def compact_state_tiles(run: BatchRun, cache: TableCache, horizons: dict[str, in
         bucket_ms=engine.bucket_seconds * 1000,
     )
     written = materialize(folded.withColumn("updatedAt", F.current_timestamp()).where(keep))
-    compact_tiles(tiles_to_table(written), path, tag=run.tag("state-compact"), state_ids=due)
+    # The folded rows are at most the rows the table holds for those states (the log's statistics) or their tiles.
+    bound = sum(files[s].rows if files is not None and s in files else tiles[s][0] for s in due)
+    tag = run.tag("state-compact")
+    compact_tiles(tiles_to_table(written), path, tag=tag, state_ids=due, read_version=read, rows_at_most=bound)
     cache.replaced(spark, written, rewritten=rewritten, read_version=read)
 
 
