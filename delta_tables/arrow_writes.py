@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -163,18 +163,18 @@ goes to Spark, whose writer takes them quoted (no predicate text is built from a
 
 def overwrite_partitions_at(
     path: str,
-    data: pa.Table,
+    data: Callable[[], pa.Table],
     *,
     partition: str,
     values: Collection[str],
     read_version: int,
     user_metadata: str | None,
 ) -> bool:
-    """Replace the partitions ``partition IN values`` of the Delta table at ``path`` with ``data`` (Arrow, the table's
-    columns, only rows of those partitions) in one delta-rs commit on top of ``read_version``, carrying
-    ``user_metadata``. A partition-only overwrite: the files of those partitions are removed whole, as Spark's
-    ``replaceWhere`` on a partition column does, without Spark's reconstruction of the table's state (~1 s of a
-    2.5-3-s overwrite of a 120,000-row state).
+    """Replace the partitions ``partition IN values`` of the Delta table at ``path`` with ``data()`` (Arrow, the
+    table's columns, only rows of those partitions; called only once delta-rs applies) in one delta-rs commit on top
+    of ``read_version``, carrying ``user_metadata``. A partition-only overwrite: the files of those partitions are
+    removed whole, as Spark's ``replaceWhere`` on a partition column does, without Spark's reconstruction of the
+    table's state (~1 s of a 2.5-3-s overwrite of a 120,000-row state).
 
     Only where delta-rs applies (a local table, the library installed), the table partitioned by ``partition`` alone,
     its features within ``DELETION_VECTOR_FEATURES`` and no deletion vector on any file at ``read_version`` (a
@@ -200,7 +200,7 @@ def overwrite_partitions_at(
         ):
             return False
         predicate = f"{partition} IN ({', '.join(repr(v) for v in sorted(values))})"
-        write_deltalake(table, data, mode="overwrite", predicate=predicate, commit_properties=properties)
+        write_deltalake(table, data(), mode="overwrite", predicate=predicate, commit_properties=properties)
     except Exception as error:
         # Untagged, a commit after the version read may be anyone's: Spark then writes the same partitions again.
         if user_metadata and _committed(folder, read_version, user_metadata):

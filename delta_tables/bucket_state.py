@@ -180,7 +180,7 @@ def compact_tiles(
         and rows_at_most <= DRIVER_FOLD_ROWS
         and overwrite_partitions_at(
             path,
-            frame_as_arrow(table),
+            lambda: frame_as_arrow(table),
             partition="stateId",
             values=state_ids,
             read_version=read_version,

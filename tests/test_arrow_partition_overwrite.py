@@ -111,7 +111,7 @@ def test_it_commits_nothing_where_spark_must_write(spark: SparkSession, settings
 
     def attempt(at: int, values: list[str] | None = None, where: str = path) -> bool:
         return overwrite_partitions_at(
-            where, rows, partition="stateId", values=values or ["aa01"], read_version=at, user_metadata=None
+            where, lambda: rows, partition="stateId", values=values or ["aa01"], read_version=at, user_metadata=None
         )
 
     assert not attempt(read, ["aa01", "x') OR (stateId = 'bb02"])  # not a state id: no predicate built from it

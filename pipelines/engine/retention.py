@@ -194,7 +194,8 @@ def compact_state_tiles(run: BatchRun, cache: TableCache, horizons: dict[str, in
     )
     written = materialize(folded.withColumn("updatedAt", F.current_timestamp()).where(keep))
     # The folded rows are at most the rows the table holds for those states (the log's statistics) or their tiles.
-    bound = sum(files[s].rows if files is not None and s in files else tiles[s][0] for s in due)
+    sizes = [files[s].rows if files is not None and s in files else tiles[s][0] if s in tiles else None for s in due]
+    bound = None if None in sizes else sum(n for n in sizes if n is not None)
     tag = run.tag("state-compact")
     compact_tiles(tiles_to_table(written), path, tag=tag, state_ids=due, read_version=read, rows_at_most=bound)
     cache.replaced(spark, written, rewritten=rewritten, read_version=read)
