@@ -161,20 +161,26 @@ PARTITION_VALUE = re.compile(r"^[A-Za-z0-9_.:-]+$")
 goes to Spark, whose writer takes them quoted (no predicate text is built from anything else)."""
 
 
+DRIVER_OVERWRITE_ROWS = 1_000_000
+"""A fold (the state's, the cooldown memory's) of at most this many rows, as its caller bounds them, is written from
+the driver by ``overwrite_partitions_at`` where it applies; a larger one by Spark."""
+
+
 def overwrite_partitions_at(
     path: str,
     data: Callable[[], pa.Table],
     *,
-    partition: str,
-    values: Collection[str],
+    partition: str | None,
+    values: Collection[str] = (),
     read_version: int,
     user_metadata: str | None,
 ) -> bool:
-    """Replace the partitions ``partition IN values`` of the Delta table at ``path`` with ``data()`` (Arrow, the
-    table's columns, only rows of those partitions; called only once delta-rs applies) in one delta-rs commit on top
-    of ``read_version``, carrying ``user_metadata``. A partition-only overwrite: the files of those partitions are
-    removed whole, as Spark's ``replaceWhere`` on a partition column does, without Spark's reconstruction of the
-    table's state (~1 s of a 2.5-3-s overwrite of a 120,000-row state).
+    """Replace the partitions ``partition IN values`` of the Delta table at ``path`` (``partition`` None: the whole
+    table, which has no partition column) with ``data()`` (Arrow, the table's columns, only rows of those partitions;
+    called only once delta-rs applies) in one delta-rs commit on top of ``read_version``, carrying ``user_metadata``.
+    A partition-only overwrite: the files of those partitions are removed whole, as Spark's ``replaceWhere`` on a
+    partition column does, without Spark's reconstruction of the table's state (~1 s of a 2.5-3-s overwrite of a
+    120,000-row state).
 
     Only where delta-rs applies (a local table, the library installed), the table partitioned by ``partition`` alone,
     its features within ``DELETION_VECTOR_FEATURES`` and no deletion vector on any file at ``read_version`` (a
@@ -182,7 +188,7 @@ def overwrite_partitions_at(
     ``PARTITION_VALUE``. A commit after ``read_version`` makes delta-rs' conflict check refuse (Spark then writes).
     False when nothing was committed: the caller writes with Spark."""
     folder = delta_rs_folder(path)
-    if folder is None or not values or not all(PARTITION_VALUE.match(v) for v in values):
+    if folder is None or (partition is not None and not (values and all(PARTITION_VALUE.match(v) for v in values))):
         return False
     from deltalake import CommitProperties, DeltaTable, write_deltalake
 
@@ -195,11 +201,11 @@ def overwrite_partitions_at(
             protocol.min_writer_version > 7
             or not features <= DELETION_VECTOR_FEATURES
             or metadata.configuration.get("delta.appendOnly", "false").lower() == "true"
-            or list(metadata.partition_columns) != [partition]
+            or list(metadata.partition_columns) != ([partition] if partition else [])
             or any(batch.num_rows for batch in table.deletion_vectors())
         ):
             return False
-        predicate = f"{partition} IN ({', '.join(repr(v) for v in sorted(values))})"
+        predicate = f"{partition} IN ({', '.join(repr(v) for v in sorted(values))})" if partition else None
         write_deltalake(table, data(), mode="overwrite", predicate=predicate, commit_properties=properties)
     except Exception as error:
         # Untagged, a commit after the version read may be anyone's: Spark then writes the same partitions again.

@@ -34,7 +34,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
-from delta_tables.arrow_writes import frame_as_arrow, overwrite_partitions_at
+from delta_tables.arrow_writes import DRIVER_OVERWRITE_ROWS, frame_as_arrow, overwrite_partitions_at
 from delta_tables.idempotent import CommitTag, append_tagged, overwrite_tagged, tagged_dml
 from delta_tables.table_snapshot import table_row_counts
 from delta_tables.table_spec import TableSpec
@@ -152,11 +152,6 @@ def with_batch_columns(tiles: DataFrame, batch_id: int) -> DataFrame:
     return frame.select(*[f.name for f in BUCKET_STATE_SCHEMA.fields])
 
 
-DRIVER_FOLD_ROWS = 1_000_000
-"""A partial compaction whose rows are at most this many (as the caller bounds them) is written from the driver by
-delta-rs (``arrow_writes.overwrite_partitions_at``) where it applies; a larger one, or where it does not, by Spark."""
-
-
 def compact_tiles(
     folded: DataFrame,
     path: str,
@@ -170,14 +165,14 @@ def compact_tiles(
     with ``folded`` (BUCKET_STATE_SCHEMA columns, one row per tile) in one commit.
 
     With ``state_ids``, the version the fold was read at (``read_version``) and ``rows_at_most`` (a bound on
-    ``folded``'s rows) within ``DRIVER_FOLD_ROWS``, the rows come to the driver as Arrow and delta-rs replaces the
+    ``folded``'s rows) within ``DRIVER_OVERWRITE_ROWS``, the rows come to the driver as Arrow and delta-rs replaces the
     partitions on top of that version, where it applies: no reconstruction of the table's state by Spark."""
     table = folded.select(*[f.name for f in BUCKET_STATE_SCHEMA.fields])
     if (
         state_ids
         and read_version is not None
         and rows_at_most is not None
-        and rows_at_most <= DRIVER_FOLD_ROWS
+        and rows_at_most <= DRIVER_OVERWRITE_ROWS
         and overwrite_partitions_at(
             path,
             lambda: frame_as_arrow(table),

@@ -1,6 +1,7 @@
 """The state table's partitions replaced by delta-rs (``arrow_writes.overwrite_partitions_at``, retention's fold) are
-what Spark's ``replaceWhere`` would leave: Spark reads the new rows in those partitions and the old ones elsewhere,
-the batch's tag is found where a replay looks for it, and Spark appends after it. Where a removed file could carry a
+what Spark's ``replaceWhere`` would leave, and the cooldown memory replaced whole what Spark's overwrite would: Spark
+reads the new rows in those partitions and the old ones elsewhere, the batch's tag is found where a replay looks for
+it, Delta validates the carried-forward checksum, and Spark appends after it. Where a removed file could carry a
 deletion vector, a commit came after the version read, a value is not a plain state id or the table is append-only,
 delta-rs commits nothing and the caller writes with Spark."""
 
@@ -14,6 +15,7 @@ from typing import Any
 from lakehouse_template import fresh_lakehouse
 from pyspark.sql import SparkSession
 
+from delta_tables.alert_cooldown import ALERT_COOLDOWN_SCHEMA, compact_memory
 from delta_tables.arrow_writes import frame_as_arrow, overwrite_partitions_at
 from delta_tables.bucket_state import BUCKET_STATE_SCHEMA, compact_tiles
 from delta_tables.idempotent import CommitTag, batch_commits
@@ -91,6 +93,29 @@ def test_delta_rs_replaces_the_states_partitions_as_spark_would_and_tags_the_com
     _append(spark, path, _tiles("aa01", range(7, 8), batch=10))  # Spark appends after delta-rs' commit
     assert _read(spark, path) == sorted([*folded, *kept, *_tiles("aa01", range(7, 8), batch=10)])
     _checksum_agrees(spark, path, read + 2)  # Spark's own, derived from the carried one
+
+
+def test_the_cooldown_memory_replaced_whole_by_delta_rs_reads_as_written(
+    spark: SparkSession, settings: Settings
+) -> None:
+    fresh_lakehouse(spark, settings)
+    path = settings.table_path("alert_cooldown")
+    memory = [(rule, f"payer-{k}", 1_795_000_000_000 + k, rule, NOW) for rule in (1, 2) for k in range(4)]
+    for batch in (memory[:5], memory[5:], memory[2:4]):  # three appends, a pair twice: the fold keeps one row a pair
+        local_frame(spark, batch, ALERT_COOLDOWN_SCHEMA).write.format("delta").mode("append").save(path)
+    read = table_version(spark, path)
+    folded = [row for row in memory if row[2] % 2]  # what a retention step keeps
+    tag = CommitTag("engine-fold", 8, "cooldown-compact")
+
+    compact_memory(local_frame(spark, folded, ALERT_COOLDOWN_SCHEMA), path, tag=tag, read_version=read, rows_at_most=8)
+
+    assert table_version(spark, path) == read + 1
+    rows = spark.read.format("delta").load(path).collect()
+    assert sorted(tuple(r) for r in rows) == sorted(folded)
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").where(f"version = {read + 1}").first()
+    assert history is not None and str(history.engineInfo).startswith("delta-rs")
+    assert batch_commits(spark, path, "engine-fold", 8) == [tag]
+    _checksum_agrees(spark, path, read + 1)
 
 
 def _checksum_agrees(spark: SparkSession, path: str, version: int) -> None:

@@ -252,5 +252,5 @@ def rewrite_memory(spark: SparkSession, path: str, cache: TableCache, *, keep: C
     if not dropped and (not pairs or sum(table_row_counts(spark, path, read).values()) < FOLD_GAIN * pairs):
         return
     kept = materialize(folded.where(keep) if dropped else folded)
-    compact_memory(kept, path, tag=tag)
+    compact_memory(kept, path, tag=tag, read_version=read, rows_at_most=pairs)
     cache.reset(spark, kept, written_version=read + 1)
