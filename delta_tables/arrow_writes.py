@@ -15,8 +15,9 @@ feature, no column mapping; the registry's and the batch log's are 1/2, whose NO
 as Spark does), and only column types this module maps to Arrow (strings, integers, doubles, timestamps, maps of
 them). delta-rs 1.6 would also write some tables with features (deletion vectors, column mapping), but what it does
 with each is its own reading of the protocol: not taken on trust here, with one exception checked by its own test
-(``overwrite_partitions_at``, retention's fold of the state table): whole partitions replaced in a table that has
-deletion vectors enabled but none on any file, the removes then being plain ones.
+(``overwrite_partitions_at``: retention's fold of a state, the cooldown memory's rewrite): whole partitions, or a
+whole unpartitioned table, replaced in a table that has deletion vectors enabled but none on any file, the removes
+then being plain ones.
 Anything else, and any error before the commit, writes with Spark. An error after delta-rs committed (a post-commit
 hook: its checkpoint) is no second write: the commit is found by its tag and counts as written.
 
