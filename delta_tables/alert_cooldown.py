@@ -17,7 +17,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
-from delta_tables.arrow_writes import DRIVER_OVERWRITE_ROWS, frame_as_arrow, overwrite_partitions_at
+from delta_tables.arrow_writes import overwrite_frame_at
 from delta_tables.idempotent import CommitTag, append_tagged, overwrite_tagged
 from delta_tables.table_spec import TableSpec
 
@@ -75,19 +75,15 @@ def compact_memory(
     """Replace the table with ``folded`` (ALERT_COOLDOWN_SCHEMA columns, one row per pair) in one commit.
 
     Given the version the fold was read at and a bound on its rows within ``DRIVER_OVERWRITE_ROWS``, delta-rs writes
-    it from the driver where it applies (``arrow_writes.overwrite_partitions_at``), else Spark."""
+    it from the driver where it applies (``arrow_writes.overwrite_frame_at``), else Spark."""
     table = folded.select(*[f.name for f in ALERT_COOLDOWN_SCHEMA.fields])
-    if (
-        read_version is not None
-        and rows_at_most is not None
-        and rows_at_most <= DRIVER_OVERWRITE_ROWS
-        and overwrite_partitions_at(
-            path,
-            lambda: frame_as_arrow(table),
-            partition=None,
-            read_version=read_version,
-            user_metadata=tag.to_json() if tag else None,
-        )
+    if overwrite_frame_at(
+        table,
+        path,
+        partition=None,
+        read_version=read_version,
+        rows_at_most=rows_at_most,
+        user_metadata=tag.to_json() if tag else None,
     ):
         return
     overwrite_tagged(table, path, tag)

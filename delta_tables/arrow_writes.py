@@ -219,6 +219,32 @@ def overwrite_partitions_at(
     return True
 
 
+def overwrite_frame_at(
+    frame: DataFrame,
+    path: str,
+    *,
+    partition: str | None,
+    values: Collection[str] = (),
+    read_version: int | None,
+    rows_at_most: int | None,
+    user_metadata: str | None,
+) -> bool:
+    """``overwrite_partitions_at`` for a Spark frame (the table's columns): its rows come to the driver as Arrow only
+    where delta-rs applies and the caller's bound on them (``rows_at_most``) is within ``DRIVER_OVERWRITE_ROWS``.
+    False when nothing was committed (a version or bound not known, too many rows, delta-rs not applying): the caller
+    writes with Spark."""
+    if read_version is None or rows_at_most is None or rows_at_most > DRIVER_OVERWRITE_ROWS:
+        return False
+    return overwrite_partitions_at(
+        path,
+        lambda: frame_as_arrow(frame),
+        partition=partition,
+        values=values,
+        read_version=read_version,
+        user_metadata=user_metadata,
+    )
+
+
 def _committed(folder: str, before: int, user_metadata: str | None) -> bool:
     """Whether a commit after version ``before`` carries ``user_metadata`` (without one: whether any came)."""
     from deltalake import DeltaTable

@@ -34,7 +34,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
-from delta_tables.arrow_writes import DRIVER_OVERWRITE_ROWS, frame_as_arrow, overwrite_partitions_at
+from delta_tables.arrow_writes import overwrite_frame_at
 from delta_tables.idempotent import CommitTag, append_tagged, overwrite_tagged, tagged_dml
 from delta_tables.table_snapshot import table_row_counts
 from delta_tables.table_spec import TableSpec
@@ -168,19 +168,14 @@ def compact_tiles(
     ``folded``'s rows) within ``DRIVER_OVERWRITE_ROWS``, the rows come to the driver as Arrow and delta-rs replaces the
     partitions on top of that version, where it applies: no reconstruction of the table's state by Spark."""
     table = folded.select(*[f.name for f in BUCKET_STATE_SCHEMA.fields])
-    if (
-        state_ids
-        and read_version is not None
-        and rows_at_most is not None
-        and rows_at_most <= DRIVER_OVERWRITE_ROWS
-        and overwrite_partitions_at(
-            path,
-            lambda: frame_as_arrow(table),
-            partition="stateId",
-            values=state_ids,
-            read_version=read_version,
-            user_metadata=tag.to_json() if tag else None,
-        )
+    if state_ids and overwrite_frame_at(
+        table,
+        path,
+        partition="stateId",
+        values=state_ids,
+        read_version=read_version,
+        rows_at_most=rows_at_most,
+        user_metadata=tag.to_json() if tag else None,
     ):
         return
     where = None if state_ids is None else _in_list("stateId", state_ids)

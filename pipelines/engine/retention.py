@@ -193,9 +193,10 @@ def compact_state_tiles(run: BatchRun, cache: TableCache, horizons: dict[str, in
         bucket_ms=engine.bucket_seconds * 1000,
     )
     written = materialize(folded.withColumn("updatedAt", F.current_timestamp()).where(keep))
-    # The folded rows are at most the rows the table holds for those states (the log's statistics) or their tiles.
-    sizes = [files[s].rows if files is not None and s in files else tiles[s][0] if s in tiles else None for s in due]
-    bound = None if None in sizes else sum(n for n in sizes if n is not None)
+    # The folded rows are at most the rows the table holds for those states (the log's statistics) or their tiles;
+    # a state known by neither leaves the bound unknown (Spark writes).
+    known = {**{s: n for s, (n, _) in tiles.items()}, **{s: f.rows for s, f in (files or {}).items()}}
+    bound = sum(known[s] for s in due) if all(s in known for s in due) else None
     tag = run.tag("state-compact")
     compact_tiles(tiles_to_table(written), path, tag=tag, state_ids=due, read_version=read, rows_at_most=bound)
     cache.replaced(spark, written, rewritten=rewritten, read_version=read)
