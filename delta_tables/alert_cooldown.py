@@ -13,10 +13,15 @@ Example::
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
+from delta_tables.arrow_reads import table_columns_at
 from delta_tables.arrow_writes import overwrite_frame_at
 from delta_tables.idempotent import CommitTag, append_tagged, overwrite_tagged
 from delta_tables.table_spec import TableSpec
@@ -62,6 +67,27 @@ def fold_memory(rows: DataFrame) -> DataFrame:
     return rows.groupBy("ruleId", "keyValue").agg(
         F.max("lastAlertTimeMs").alias("lastAlertTimeMs"), *[F.max(c).alias(c) for c in extra]
     )
+
+
+@dataclass(frozen=True)
+class MemoryCounts:
+    """What folding the cooldown memory at a version would do: its rows, its (rule, key) pairs (the folded rows), and
+    the pairs whose latest alert is before a horizon (dropped by the fold)."""
+
+    rows: int
+    pairs: int
+    dropped: int
+
+
+def memory_counts_at(path: str, *, version: int, horizon_ms: int) -> MemoryCounts | None:
+    """``MemoryCounts`` of the table at ``version`` against ``horizon_ms``, from its three key columns read on the
+    driver (``arrow_reads.table_columns_at``: no Spark job, no cache loaded); None where they cannot be read so."""
+    rows = table_columns_at(path, version=version, columns=["ruleId", "keyValue", "lastAlertTimeMs"])
+    if rows is None:
+        return None
+    latest = rows.group_by(["ruleId", "keyValue"]).aggregate([("lastAlertTimeMs", "max")])
+    dropped = pc.sum(pc.less(latest["lastAlertTimeMs_max"], horizon_ms).cast(pa.int64())).as_py() or 0
+    return MemoryCounts(rows.num_rows, latest.num_rows, int(dropped))
 
 
 def compact_memory(

@@ -15,7 +15,8 @@ else, and any error, reads with Spark. Either way the values are Python's; times
 UTC-aware datetimes, Spark naive local ones), which the engine's readers do not use.
 
 The same library reads a version's file statistics from the log (``partition_files_at``: rows per file, a column's
-smallest value), which retention asks before it folds a state with Spark jobs.
+smallest value), which retention asks before it folds a state with Spark jobs, and a few columns of a table's files
+(``table_columns_at``), from which retention decides whether the cooldown memory's fold saves anything.
 
 Example::
 
@@ -31,6 +32,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
 from delta_tables.table_snapshot import table_file_count
@@ -152,6 +155,38 @@ def file_rows_at(path: str, *, version: int, column: str | None = None) -> list[
         return None
     values = found[1] if column is not None else [None] * len(found[0])
     return [(None if v is None else str(v), int(rows)) for rows, v in zip(found[0], values, strict=True)]
+
+
+def table_files_at(path: str, *, version: int, column: str) -> PartitionFiles | None:
+    """The whole table's rows, its largest file's rows and the smallest value of ``column`` at ``version`` (None
+    without a file), from the log's file statistics (``_file_columns``); None where they are not known."""
+    found = _file_columns(path, version, ["num_records", f"min.{column}"])
+    if found is None:
+        return None
+    records, lows = [int(r) for r in found[0]], found[1]
+    return PartitionFiles(sum(records), max(records, default=0), min(lows, default=None))
+
+
+def table_columns_at(path: str, *, version: int, columns: Sequence[str]) -> pa.Table | None:
+    """These columns (no partition column) of every row of the table at ``version``, read on the driver from its data
+    files with pyarrow (no Spark job); None where delta-rs does not apply, the table has no file, or a file has deleted
+    rows (its deletion vector would have to be applied)."""
+    folder = delta_rs_folder(path)
+    if folder is None:
+        return None
+    from deltalake import DeltaTable
+
+    try:
+        table = DeltaTable(folder, version=version)
+        if any(batch.num_rows for batch in table.deletion_vectors()) or set(columns) & set(
+            table.metadata().partition_columns
+        ):
+            return None
+        files = table.file_uris()
+        return pq.read_table(files, columns=list(columns)) if files else None
+    except Exception as error:  # not readable this way: the caller asks Spark
+        log.debug("delta-rs did not read %s at version %s: %s", path, version, error)
+        return None
 
 
 def partition_files_at(path: str, *, version: int, partition: str, column: str) -> dict[str, PartitionFiles] | None:

@@ -25,6 +25,7 @@ from typing import Any
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
+from delta_tables.arrow_compaction import compact_files_at
 from delta_tables.catalog import all_tables
 from delta_tables.table_snapshot import table_file_count
 from delta_tables.table_spec import RETENTION_PROPERTY, retention_interval
@@ -53,13 +54,17 @@ def optimize_table(spark: SparkSession, path: str) -> tuple[int, int]:
 
 
 def compact_small_files(spark: SparkSession, path: str, *, min_files: int) -> bool:
-    """OPTIMIZE the table if it holds at least ``min_files`` data files (counted from its newest version's checksum;
-    when that is unknown, compact); return whether it ran.
+    """Bin-pack the table's small files if it holds at least ``min_files`` data files; return whether it ran. With
+    delta-rs where it applies (``arrow_compaction.compact_files_at``: files counted in the log, no Spark job), else
+    Spark's OPTIMIZE (files counted from the newest version's checksum; when that is unknown, compact).
 
     Like Delta's auto compaction (``spark.databricks.delta.autoCompact.minNumFiles``, 50 by default): a table of a
     few files gains nothing from a rewrite, and each OPTIMIZE rewrites every small file again (the last compaction's
     output with the few files appended since), plus a state reconstruction job and a commit.
     """
+    done = compact_files_at(path, min_files=min_files)
+    if done is not None:
+        return done
     files = table_file_count(spark, path)
     if files is not None and files < min_files:
         return False

@@ -12,18 +12,22 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
+from delta import DeltaTable
 from engine_fixtures import alerts_by_id, make_rule, put_rules, raw_frame, tagged_writes
 from lakehouse_template import fresh_lakehouse
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from reference_evaluator import RefBatch, evaluate
 
+from delta_tables.alert_cooldown import MemoryCounts, memory_counts_at
+from delta_tables.arrow_reads import table_files_at
 from delta_tables.bucket_state import TILE_KEY
+from delta_tables.idempotent import CommitTag
 from delta_tables.table_snapshot import table_version
 from pipelines.base.settings import Settings
 from pipelines.engine.batch_handler import BatchHandler
 from pipelines.engine.keys import encode_key
-from pipelines.engine.retention import quiet_states, state_files
+from pipelines.engine.retention import fold_saves, quiet_memory, quiet_states, state_files
 
 T0 = 1_700_006_400_000  # a minute's start
 MONTH_MS = 31 * 24 * 3600 * 1000
@@ -93,6 +97,35 @@ def test_retention_rewrites_only_what_folding_or_trimming_saves(spark: SparkSess
     memory = spark.read.format("delta").load(memory_path)
     assert memory.where(F.col("lastAlertTimeMs") < T0 + MONTH_MS).count() == 0
     assert memory.count() > 0
+
+    # What the cooldown step decides from the log's file statistics alone (quiet: surely no rewrite, and the memory
+    # is not loaded to decide it): the empty table and batch 0's one append are quiet; the version with batch 2's
+    # append holds month-old rows (not quiet: the step trimmed them); a horizon after the oldest row is not quiet.
+    history = DeltaTable.forPath(spark, memory_path).history().orderBy("version").collect()
+    at = {tag.write + str(tag.batch_id): r["version"] for r in history if (tag := CommitTag.parse(r["userMetadata"]))}
+    day = 24 * 3600 * 1000
+    assert quiet_memory(table_files_at(memory_path, version=0, column="lastAlertTimeMs"), T0)
+    assert quiet_memory(table_files_at(memory_path, version=at["cooldown0"], column="lastAlertTimeMs"), T0 - day)
+    assert not quiet_memory(table_files_at(memory_path, version=at["cooldown0"], column="lastAlertTimeMs"), T0 + 60_000)
+    assert not quiet_memory(table_files_at(memory_path, version=at["cooldown2"], column="lastAlertTimeMs"), T0)
+    # Past the statistics, the step decides from the memory's key columns read on the driver, as the fold would:
+    # batch 2's append holds the same three pairs again (folding halves the rows), none before a horizon at T0.
+    assert memory_counts_at(memory_path, version=at["cooldown2"], horizon_ms=T0) == MemoryCounts(6, 3, 0)
+    assert memory_counts_at(memory_path, version=at["cooldown2"], horizon_ms=T0 + 2 * MONTH_MS) == MemoryCounts(6, 3, 3)
+    assert fold_saves(MemoryCounts(6, 3, 0)) and fold_saves(MemoryCounts(3, 3, 1))
+    assert not fold_saves(MemoryCounts(5, 3, 0)) and not fold_saves(MemoryCounts(0, 0, 0))
+    compacted = at["cooldown-compact2"]
+    assert quiet_memory(table_files_at(memory_path, version=compacted, column="lastAlertTimeMs"), T0)
+    # The same pairs appended again: folding would halve the rows, not quiet. A deleted row (a deletion vector: the
+    # statistics count it) leaves the statistics unknown: not quiet either, the step loads and decides.
+    pairs = memory.collect()
+    spark.createDataFrame(pairs, memory.schema).write.format("delta").mode("append").save(memory_path)
+    assert not quiet_memory(table_files_at(memory_path, version=compacted + 1, column="lastAlertTimeMs"), T0)
+    DeltaTable.forPath(spark, memory_path).delete(F.col("keyValue") == pairs[0]["keyValue"])
+    deleted = table_version(spark, memory_path)
+    assert table_files_at(memory_path, version=deleted, column="lastAlertTimeMs") is None
+    assert memory_counts_at(memory_path, version=deleted, horizon_ms=T0) is None
+    assert not quiet_memory(None, T0)
 
     refs = [RefBatch(rules=[rule], transactions=records) for records in batches]
     expected = {(a.rule_id, a.transaction_id): (encode_key(a.key), a.aggregate_value) for a in evaluate(refs)}
