@@ -209,8 +209,7 @@ def overwrite_partitions_at(
         predicate = f"{partition} IN ({', '.join(repr(v) for v in sorted(values))})" if partition else None
         write_deltalake(table, data(), mode="overwrite", predicate=predicate, commit_properties=properties)
     except Exception as error:
-        # Untagged, a commit after the version read may be anyone's: Spark then writes the same partitions again.
-        if user_metadata and _committed(folder, read_version, user_metadata):
+        if _committed(folder, read_version, user_metadata):  # untagged: Spark writes the same partitions again
             log.warning("delta-rs committed the overwrite of %s, then failed: %s", path, error)
             return True
         log.debug("delta-rs did not overwrite %s: %s", path, error)
@@ -246,15 +245,16 @@ def overwrite_frame_at(
 
 
 def _committed(folder: str, before: int, user_metadata: str | None) -> bool:
-    """Whether a commit after version ``before`` carries ``user_metadata`` (without one: whether any came)."""
+    """Whether a commit after version ``before`` carries ``user_metadata``. False without one: a later commit could be
+    anyone's, so the caller writes again (harmless for an overwrite; the engine tags every write it makes)."""
+    if user_metadata is None:
+        return False
     from deltalake import DeltaTable
 
     try:
         table = DeltaTable(folder)
         if table.version() <= before:
             return False
-        if user_metadata is None:
-            return True
         newer = table.history(table.version() - before)
         return any(commit.get("userMetadata") == user_metadata for commit in newer)
     except Exception:
