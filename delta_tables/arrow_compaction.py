@@ -5,7 +5,8 @@ quarantine, the batch log) once a table holds ``compact_min_files`` data files. 
 table's state from the log, plans the bins in a job and rewrites them in another, then commits: 0.6-0.9 s on a tiny
 table in a warm JVM, 3.5-4.9 s for bronze at 50,000-row batches and for the batch log (whose delta-rs appends leave
 no checksum, so its state is always reconstructed from the JSON). delta-rs' ``optimize.compact`` reads the same log
-(no Spark job), rewrites each partition's small files into one and commits the removes and adds with
+(no Spark job), rewrites each partition's small files into as few as its target size allows (the table's
+``delta.targetFileSize``, else 100 MB; Spark's OPTIMIZE aims at 1 GB) and commits the removes and adds with
 ``dataChange: false``, as OPTIMIZE does: streaming readers and the change data feed skip the commit, and every
 row keeps its values. The version's checksum is then carried forward (``version_checksum.carry_checksum``), so
 Spark's next commit does not reconstruct the state to make its own.
