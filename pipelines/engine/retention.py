@@ -245,12 +245,13 @@ def compact_cooldown_memory(run: BatchRun, cache: TableCache, horizon_ms: int) -
     files = table_files_at(path, version=read, column="lastAlertTimeMs")
     if quiet_memory(files, horizon_ms):
         return
+    counts = None
     if files is not None and files.rows <= DRIVER_OVERWRITE_ROWS:
         counts = memory_counts_at(path, version=read, horizon_ms=horizon_ms)
         if counts is not None and not fold_saves(counts):
             return
     recent = F.col("lastAlertTimeMs") >= F.lit(horizon_ms)
-    rewrite_memory(run.spark, path, cache, keep=recent, tag=run.tag("cooldown-compact"))
+    rewrite_memory(run.spark, path, cache, keep=recent, tag=run.tag("cooldown-compact"), read=read, counts=counts)
 
 
 def fold_saves(counts: MemoryCounts) -> bool:
@@ -273,21 +274,34 @@ def quiet_memory(files: PartitionFiles | None, horizon_ms: int) -> bool:
     return files.rows == 0 or (files.lowest >= horizon_ms and files.rows < FOLD_GAIN * files.largest_file)
 
 
-def rewrite_memory(spark: SparkSession, path: str, cache: TableCache, *, keep: Column, tag: CommitTag) -> None:
-    """The cooldown memory rewritten from the engine's cache (loaded at the table's newest version unless it holds
-    it): folded, one row per rule and key, only the rows matching ``keep``, over the table in one commit; the cache
-    then holds what was written. Retention drops old rows with it, state maintenance a returning rule's (a DELETE
-    would scan the table's files, write deletion vectors and reconstruct the snapshot: about twice the cost).
-    Nothing is written when no row is dropped and folding would not halve the table's rows (``FOLD_GAIN``)."""
-    read = table_version(spark, path)
+def rewrite_memory(
+    spark: SparkSession,
+    path: str,
+    cache: TableCache,
+    *,
+    keep: Column,
+    tag: CommitTag,
+    read: int | None = None,
+    counts: MemoryCounts | None = None,
+) -> None:
+    """The cooldown memory rewritten from the engine's cache (loaded at version ``read``, by default the table's
+    newest, unless it holds it): folded, one row per rule and key, only the rows matching ``keep``, over the table in
+    one commit; the cache then holds what was written. Retention drops old rows with it, state maintenance a returning
+    rule's (a DELETE would scan the table's files, write deletion vectors and reconstruct the snapshot: about twice
+    the cost). Nothing is written when no row is dropped and folding would not halve the table's rows (``FOLD_GAIN``),
+    as decided from one aggregation of the fold, unless the caller already counted it at ``read`` against ``keep``
+    (``counts``: retention's cooldown step, from the table's files)."""
+    read = table_version(spark, path) if read is None else read
     cache.ensure(spark, read)
     folded = fold_memory(cache.frame()).withColumn("updatedAt", F.current_timestamp())
-    # Whether to write, from one aggregation (nothing stored); the fold is computed and kept only to be written.
-    counted = folded.agg(F.count(F.lit(1)).alias("n"), F.sum(F.when(keep, 0).otherwise(1)).alias("dropped")).first()
-    pairs, dropped = (int(counted["n"]), int(counted["dropped"] or 0)) if counted else (0, 0)
-    rows = sum(table_row_counts(spark, path, read).values()) if pairs and not dropped else 0
-    if not fold_saves(MemoryCounts(rows, pairs, dropped)):
+    if counts is None:
+        # Whether to write, from one aggregation (nothing stored); the fold is computed and kept only to be written.
+        agg = folded.agg(F.count(F.lit(1)).alias("n"), F.sum(F.when(keep, 0).otherwise(1)).alias("dropped")).first()
+        pairs, dropped = (int(agg["n"]), int(agg["dropped"] or 0)) if agg else (0, 0)
+        rows = sum(table_row_counts(spark, path, read).values()) if pairs and not dropped else 0
+        counts = MemoryCounts(rows, pairs, dropped)
+    if not fold_saves(counts):
         return
-    kept = materialize(folded.where(keep) if dropped else folded)
-    compact_memory(kept, path, tag=tag, read_version=read, rows_at_most=pairs)
+    kept = materialize(folded.where(keep) if counts.dropped else folded)
+    compact_memory(kept, path, tag=tag, read_version=read, rows_at_most=counts.pairs)
     cache.reset(spark, kept, written_version=read + 1)
