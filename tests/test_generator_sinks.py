@@ -55,7 +55,8 @@ def test_a_concurrent_reader_only_ever_sees_complete_files(tmp_path: Path) -> No
     per_file, files = 5000, 12
     records = generate(cli_config(2), per_file) * files  # large files: a non-atomic write would be caught
     sink = FileSink(tmp_path, records_per_file=per_file)
-    writer = threading.Thread(target=run, args=(records, sink, RatePlan()))
+    # Files by size only: the periodic flush (every 2 s) would land a short, complete file on a busy machine.
+    writer = threading.Thread(target=run, args=(records, sink, RatePlan()), kwargs={"flush_every_seconds": 3600.0})
     seen: dict[str, int] = {}
     deadline = time.monotonic() + 60
     writer.start()
