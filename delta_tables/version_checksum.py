@@ -21,9 +21,12 @@ import bisect
 import json
 import logging
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
+
+import pyarrow.parquet as pq
 
 log = logging.getLogger(__name__)
 
@@ -63,11 +66,82 @@ def carry_checksum(folder: str, *, version: int) -> bool:
         carried = next_checksum(previous, actions)
         if carried is None or target.exists():
             return False
+        if "allFiles" not in carried and carried["numFiles"] <= ALL_FILES_AT_MOST:
+            # Back under the threshold (a fold or a bin-packing of a larger table): Spark's next commit would
+            # otherwise reconstruct this version's state to list its files (``incrementallyComputeAddFiles``).
+            try:
+                files = live_files(log_dir, version)
+            except (OSError, ValueError, KeyError, TypeError) as error:  # the checksum goes without the list
+                log.debug("no file list for version %s of %s: %s", version, folder, error)
+                files = None
+            if files is not None and len(files) == carried["numFiles"]:
+                carried["allFiles"] = files
         _write_atomically(target, json.dumps(carried, separators=(",", ":")))
         return True
     except (OSError, ValueError, KeyError, TypeError) as error:
         log.debug("no checksum carried to version %s of %s: %s", version, folder, error)
         return False
+
+
+ADD_FIELDS = (
+    "path",
+    "partitionValues",
+    "size",
+    "modificationTime",
+    "dataChange",
+    "stats",
+    "tags",
+    "baseRowId",
+    "defaultRowCommitVersion",
+    "clusteringProvider",
+)
+"""The fields of an add action a checksum lists (``AddFile``; deletion vectors are never carried)."""
+CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint\.parquet$")
+
+
+def live_files(log_dir: Path, version: int) -> list[dict[str, Any]] | None:
+    """The add actions of the files in the table at ``version``, as a checksum lists them (``dataChange`` false,
+    no null field): the newest single-file checkpoint at or before it, then the commits after it, replayed. None
+    where the log holds anything else in the way (a multi-part or V2 checkpoint, a deletion vector, a missing
+    commit)."""
+    checkpoints = {int(m.group(1)) for name in os.listdir(log_dir) if (m := CHECKPOINT.match(name))}
+    start = max((v for v in checkpoints if v <= version), default=-1)
+    newer = [name for name in os.listdir(log_dir) if ".checkpoint." in name and not CHECKPOINT.match(name)]
+    if any(start < int(name[:20]) <= version for name in newer if name[:20].isdigit()):
+        return None  # a checkpoint of another kind is newer than the classic one: not read here
+    files: dict[str, dict[str, Any]] = {}
+    if start >= 0:
+        table = pq.read_table(log_dir / f"{start:020d}.checkpoint.parquet", columns=["add"])
+        for add in table.column("add").to_pylist():
+            if add is not None and (kept := _listed(add)) is not None:
+                files[kept["path"]] = kept
+            elif add is not None:
+                return None
+    for commit in range(start + 1, version + 1):
+        for line in (log_dir / f"{commit:020d}.json").read_text().splitlines():
+            action = json.loads(line) if line else {}
+            if "add" in action:
+                if (kept := _listed(action["add"])) is None:
+                    return None
+                files[kept["path"]] = kept
+            elif "remove" in action:
+                files.pop(action["remove"]["path"], None)
+    return list(files.values())
+
+
+def _listed(add: dict[str, Any]) -> dict[str, Any] | None:
+    """An add action as a checksum lists it; None with a deletion vector."""
+    if add.get("deletionVector"):
+        return None
+    listed = {}
+    for name in ADD_FIELDS:
+        value = add.get(name)
+        if isinstance(value, list):  # a map read from Parquet: key-value pairs
+            value = dict(value)
+        if value is not None:
+            listed[name] = value
+    listed["dataChange"] = False
+    return listed
 
 
 def next_checksum(previous: dict[str, Any], actions: list[dict[str, Any]]) -> dict[str, Any] | None:

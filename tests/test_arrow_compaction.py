@@ -12,6 +12,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from delta_tables.arrow_compaction import compact_files_at
@@ -28,7 +29,11 @@ def _create(spark: SparkSession, path: str, properties: str) -> None:
 
 
 def _append(spark: SparkSession, path: str, batch: int) -> None:
-    rows = [
+    spark.createDataFrame(_batch_rows(batch), COLUMNS).coalesce(1).write.format("delta").mode("append").save(path)
+
+
+def _batch_rows(batch: int) -> list[tuple[Any, ...]]:
+    return [
         (
             batch * 10 + i,
             dt.datetime(2026, 11, 29, 12, batch, i, 123456),
@@ -40,7 +45,6 @@ def _append(spark: SparkSession, path: str, batch: int) -> None:
         )
         for i in range(4)
     ]
-    spark.createDataFrame(rows, COLUMNS).coalesce(1).write.format("delta").mode("append").save(path)
 
 
 def _rows(spark: SparkSession, path: str) -> list[tuple[Any, ...]]:
@@ -100,3 +104,48 @@ def test_it_commits_nothing_where_spark_must_optimize(spark: SparkSession, tmp_p
         assert compact_files_at(path, min_files=1) is None, name
         assert table_version(spark, path) == read, name
     assert compact_files_at("s3a://bucket/alerts", min_files=1) is None  # not on this machine's disk
+
+
+def _files_agree(spark: SparkSession, path: str) -> list[dict[str, Any]]:
+    """The newest version's checksum lists its files, each add action as Delta's own state reconstruction of that
+    version gives it (``Snapshot.allFiles``, a Spark job over the log); returns the list.
+
+    Compared as JSON, empty tags taken for none: Delta reads a listed file without tags as an empty map and a
+    reconstructed one as null, and writes the empty map into the next list it derives, so its own
+    ``validateFileListAgainstCRC`` refuses even the lists Spark writes itself."""
+    snapshot = newest_snapshot(spark, path)
+    version = int(snapshot.version())
+    listed = json.loads((Path(path) / "_delta_log" / f"{version:020d}.crc").read_text()).get("allFiles")
+    assert listed is not None, f"version {version}'s checksum lists no file"
+    rebuilt = [json.loads(line) for line in snapshot.allFiles().toJSON().collectAsList()]
+    assert _by_path(listed) == _by_path(rebuilt)
+    return list(listed)
+
+
+def _by_path(files: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(({k: v for k, v in f.items() if k != "tags" or v} for f in files), key=lambda f: f["path"])
+
+
+def test_a_table_compacted_back_under_fifty_files_gets_its_file_list_in_the_checksum(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Delta lists a table's files in a checksum up to 50 of them; past that it stops, and Spark's first commit on a
+    version back under 50 without the list reconstructs that version's state to make one. The carried checksum of
+    a compaction back under 50 lists the files itself, read from the log: from the commits alone, and from a
+    checkpoint plus the commits after it."""
+    for name, checkpointed in (("commits", False), ("checkpoint", True)):
+        path = str(tmp_path / name)
+        _create(spark, path, "'delta.appendOnly' = 'true'")
+        rows = [row for batch in range(26) for row in _batch_rows(batch)]
+        spark.createDataFrame(rows, COLUMNS).repartition(40, "id").write.format("delta").mode("append").save(path)
+        assert table_file_count(spark, path) > 50  # 40 tasks, most with both days: past Delta's 50
+        if checkpointed:
+            DeltaTable(path).create_checkpoint()
+        before = _rows(spark, path)
+        assert compact_files_at(path, min_files=8) is True
+        assert len(_files_agree(spark, path)) == 2, name  # one file a day
+        assert _rows(spark, path) == before
+
+        _append(spark, path, 30)  # Spark's next commit derives its list from the carried one
+        assert len(_files_agree(spark, path)) == 4, name
+        _checksum_agrees(spark, path)
