@@ -7,8 +7,10 @@ from the previous version's, only where that one exists): on the state table, 1-
 retention's fold, which the fold's delta-rs write had saved. A commit of adds and removes changes a checksum in a
 few fields: the size and file count, the file-size histogram, the deleted-record-count histogram (files without
 deletion vectors: its first bin) and, where the previous checksum lists every file (``allFiles``, a small table), the
-list. Anything else in the commit (metadata, protocol, transactions, domain metadata, deletion vectors), or a field
-this module does not know, and no checksum is written (Spark then reconstructs, as before).
+list; where it does not and the commit brings the table back to 50 files or fewer (a fold, a bin-packing), the list
+is read from the log (``live_files``), else Spark's next commit would reconstruct the state to make one. Anything
+else in the commit (metadata, protocol, transactions, domain metadata, deletion vectors), or a field this module does
+not know, and no checksum is written (Spark then reconstructs, as before).
 
 Example::
 
@@ -74,7 +76,13 @@ def carry_checksum(folder: str, *, version: int) -> bool:
             except (OSError, ValueError, KeyError, TypeError) as error:  # the checksum goes without the list
                 log.debug("no file list for version %s of %s: %s", version, folder, error)
                 files = None
-            if files is not None and len(files) == carried["numFiles"]:
+            # The count and size must agree with the carried ones (a remove that names its file otherwise than
+            # the add did would leave a file listed).
+            if (
+                files is not None
+                and len(files) == carried["numFiles"]
+                and sum(f["size"] for f in files) == carried["tableSizeBytes"]
+            ):
                 carried["allFiles"] = files
         _write_atomically(target, json.dumps(carried, separators=(",", ":")))
         return True
