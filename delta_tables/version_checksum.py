@@ -64,8 +64,7 @@ def carry_checksum(folder: str, *, version: int) -> bool:
     target = checksum_file(log_dir, version)
     try:
         previous = json.loads(checksum_file(log_dir, version - 1).read_text())
-        actions = [json.loads(line) for line in (log_dir / f"{version:020d}.json").read_text().splitlines() if line]
-        carried = next_checksum(previous, actions)
+        carried = next_checksum(previous, commit_actions(log_dir, version))
         if carried is None or target.exists():
             return False
         if "allFiles" not in carried and carried["numFiles"] <= ALL_FILES_AT_MOST:
@@ -109,32 +108,28 @@ CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint\.parquet$")
 
 def live_files(log_dir: Path, version: int) -> list[dict[str, Any]] | None:
     """The add actions of the files in the table at ``version``, as a checksum lists them (``dataChange`` false,
-    no null field): the newest single-file checkpoint at or before it, then the commits after it, replayed. None
-    where the log holds anything else in the way (a multi-part or V2 checkpoint, a deletion vector, a missing
-    commit)."""
-    checkpoints = {int(m.group(1)) for name in os.listdir(log_dir) if (m := CHECKPOINT.match(name))}
+    no null field): the newest single-file checkpoint at or before it (else none), then the commits after it,
+    replayed. None with a deletion vector; a commit no longer in the log raises (``OSError``)."""
+    checkpoints = (int(m.group(1)) for name in os.listdir(log_dir) if (m := CHECKPOINT.match(name)))
     start = max((v for v in checkpoints if v <= version), default=-1)
-    newer = [name for name in os.listdir(log_dir) if ".checkpoint." in name and not CHECKPOINT.match(name)]
-    if any(start < int(name[:20]) <= version for name in newer if name[:20].isdigit()):
-        return None  # a checkpoint of another kind is newer than the classic one: not read here
-    files: dict[str, dict[str, Any]] = {}
+    adds: list[dict[str, Any]] = []
     if start >= 0:
         table = pq.read_table(log_dir / f"{start:020d}.checkpoint.parquet", columns=["add"])
-        for add in table.column("add").to_pylist():
-            if add is not None and (kept := _listed(add)) is not None:
-                files[kept["path"]] = kept
-            elif add is not None:
+        adds = [{"add": add} for add in table.column("add").to_pylist() if add is not None]
+    files: dict[str, dict[str, Any]] = {}
+    for action in [*adds, *(a for commit in range(start + 1, version + 1) for a in commit_actions(log_dir, commit))]:
+        if "add" in action:
+            if (kept := _listed(action["add"])) is None:
                 return None
-    for commit in range(start + 1, version + 1):
-        for line in (log_dir / f"{commit:020d}.json").read_text().splitlines():
-            action = json.loads(line) if line else {}
-            if "add" in action:
-                if (kept := _listed(action["add"])) is None:
-                    return None
-                files[kept["path"]] = kept
-            elif "remove" in action:
-                files.pop(action["remove"]["path"], None)
+            files[kept["path"]] = kept
+        elif "remove" in action:
+            files.pop(action["remove"]["path"], None)
     return list(files.values())
+
+
+def commit_actions(log_dir: Path, version: int) -> list[dict[str, Any]]:
+    """The actions of commit ``version`` (its JSON lines)."""
+    return [json.loads(line) for line in (log_dir / f"{version:020d}.json").read_text().splitlines() if line]
 
 
 def _listed(add: dict[str, Any]) -> dict[str, Any] | None:
