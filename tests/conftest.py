@@ -72,19 +72,16 @@ and in ``make bench``). Passed as ``JDK_JAVA_OPTIONS``, read by the ``java`` lau
 under the suite's environment."""
 
 
-WORKER_JVM_OPTIONS = "-XX:+UseParallelGC -XX:CompileThresholdScaling=3"
-"""Options of each pytest worker's own Spark JVM (``spark``), where most of the suite's CPU goes (72% even of a
-broker, Connect and engine-subprocess heavy sample of modules).
+WORKER_JVM_OPTIONS_ENV = "FRAUDLAKE_TEST_WORKER_JVM_OPTIONS"
+"""Replaces the JVM options of each pytest worker's own Spark JVM (``spark``), which are otherwise production's
+(``spark.driver_jvm_options``: the parallel collector, ``CompileThresholdScaling=3``); empty: the JVM's defaults.
 
-Two pytest workers keep both cores busy, so the suite's CPU-seconds are its time. In that JVM, a 95 s sample of
-modules spent 65 of its 140 CPU-s in the JIT compilers: Spark's code is vast and flat, and the default thresholds
-compile much of it that runs only a few hundred times in a whole run. ``CompileThresholdScaling=3`` compiles a
-method at three times the default counts (hot code still goes through C1 to C2); the parallel collector costs less
-CPU than G1 for a 2 GB heap on two cores. Measured on seven in-process modules (130 tests, about 6.5 minutes), two
-runs side by side so that both saw the same machine: the JVM's defaults (G1) 350 CPU-s, these options 289 (-17%)
-at the same wall time; parallel alone vs with scaling 3: 312 vs 293; scaling 6 vs 3: 281 vs 283 and 3% slower.
-Semantics are unchanged. ``FRAUDLAKE_TEST_WORKER_JVM_OPTIONS`` replaces them (empty: the JVM's defaults, as in
-production)."""
+That JVM is where most of the suite's CPU goes (72% even of a broker, Connect and engine-subprocess heavy sample of
+modules), and production's options were first measured there: Spark's code is vast and flat, and the default
+thresholds compile much of it that runs only a few hundred times in a whole run (a 95 s sample of modules spent 65
+of its 140 CPU-s in the JIT compilers). Seven in-process modules (130 tests, about 6.5 minutes), two runs side by
+side: the JVM's defaults (G1) 350 CPU-s, these options 289 (-17%) at the same wall time; parallel alone vs with
+scaling 3: 312 vs 293; scaling 6 vs 3: 281 vs 283 and 3% slower."""
 
 
 def _jvm_options() -> dict[str, str | None]:
@@ -184,15 +181,17 @@ def settings(base_settings: Settings, tmp_path: Path) -> Settings:
 
 @pytest.fixture(scope="session")
 def spark(base_settings: Settings) -> Iterator[SparkSession]:
-    """The worker's own session, the one JVM that lives for the whole run: started with ``WORKER_JVM_OPTIONS``, not
-    the suite's short-lived JVM options (C2 pays off over minutes of Spark work: with C1 only, the in-process
-    modules took ~40% longer)."""
-    options = os.environ.pop("JDK_JAVA_OPTIONS", None)
-    worker_options = os.environ.get("FRAUDLAKE_TEST_WORKER_JVM_OPTIONS", WORKER_JVM_OPTIONS).strip()
-    if worker_options:
-        os.environ["JDK_JAVA_OPTIONS"] = worker_options
+    """The worker's own session, the one JVM that lives for the whole run: started with production's JVM options
+    (``WORKER_JVM_OPTIONS_ENV`` replaces them), not the suite's short-lived JVM options (C2 pays off over minutes of
+    Spark work: with C1 only, the in-process modules took ~40% longer)."""
+    options = os.environ.pop("JDK_JAVA_OPTIONS", None)  # the suite's short-lived JVMs' options: not this one's
+    worker_options = os.environ.get(WORKER_JVM_OPTIONS_ENV)
+    settings = base_settings
+    if worker_options is not None:
+        spark_settings = base_settings.spark.model_copy(update={"driver_jvm_options": worker_options})
+        settings = base_settings.model_copy(update={"spark": spark_settings})
     try:
-        session = get_spark(base_settings, app_name="fraudlake-tests")
+        session = get_spark(settings, app_name="fraudlake-tests")
     finally:
         os.environ.pop("JDK_JAVA_OPTIONS", None)
         if options is not None:

@@ -41,7 +41,12 @@ def local_spark_conf(settings: Settings) -> dict[str, str]:
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.warehouse.dir": f"{settings.work_dir}/spark-warehouse",
         # The class archive (``class_archive``; made by `make setup`): the driver JVM maps its ~15,000 classes ready.
-        "spark.driver.extraJavaOptions": f"-Dderby.system.home={settings.work_dir}/derby {driver_options()}".strip(),
+        # Then the collector and JIT options (``driver_jvm_options``).
+        "spark.driver.extraJavaOptions": " ".join(
+            o
+            for o in (f"-Dderby.system.home={settings.work_dir}/derby", driver_options(), driver_jvm_options(settings))
+            if o
+        ),
         # Small local tables: skip Delta's per-commit checksum/stats overheads that only pay off at scale.
         "spark.databricks.delta.snapshotPartitions": "2",
         # File listing (VACUUM, partition discovery) fans out to 10,000 tasks by default: minutes on 2 cores.
@@ -62,6 +67,17 @@ def local_spark_conf(settings: Settings) -> dict[str, str]:
     }
     conf.update(settings.spark.extra_conf)
     return conf
+
+
+JVM_OPTIONS_ENV = "JDK_JAVA_OPTIONS"
+"""Read by the ``java`` launcher of every JVM (JDK 9+): where it is set, it decides the collector and the JIT."""
+
+
+def driver_jvm_options(settings: Settings) -> str:
+    """The local driver's collector and JIT options (``spark.driver_jvm_options``), or "" where ``JDK_JAVA_OPTIONS``
+    is set: the launcher puts those first, and two collectors in one command line stop the JVM at its start (the test
+    suite sets its own this way)."""
+    return "" if os.environ.get(JVM_OPTIONS_ENV, "").strip() else settings.spark.driver_jvm_options.strip()
 
 
 def get_spark(settings: Settings, app_name: str = "fraudlake") -> SparkSession:
