@@ -45,7 +45,8 @@ class SparkSettings(_Frozen):
     driver_memory: str = "4g"
     # The local driver JVM's collector and JIT (``spark_session.driver_jvm_options``): the parallel collector costs
     # less CPU than G1 on two cores, and compiling at 3x the default counts spares the JIT the code Spark runs only
-    # a few hundred times (docs/engine.md, JVM options). ``JDK_JAVA_OPTIONS``, when set, replaces them.
+    # a few hundred times (docs/engine.md, "The driver JVM's collector and JIT"). ``JDK_JAVA_OPTIONS``, when set,
+    # replaces them.
     driver_jvm_options: str = "-XX:+UseParallelGC -XX:CompileThresholdScaling=3"
     ui_enabled: bool = False
     extra_conf: dict[str, str] = Field(default_factory=dict)
