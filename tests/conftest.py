@@ -67,9 +67,10 @@ worker's own session, see ``spark``).
 The suite's JVMs are many and short-lived on two busy cores: C2's compiler threads and the parallel collector's
 threads cost more CPU than their faster code saves before the JVM ends (measured on a Spark session with 8 Delta
 appends and reads: 39 -> 23 CPU-s, 22.5 -> 18.1 s; with 60 of each still 126 -> 105 CPU-s at the same wall time).
-Semantics are unchanged. ``FRAUDLAKE_TEST_JVM_OPTIONS`` replaces them (empty: the JVM's defaults, as in production
-and in ``make bench``). Passed as ``JDK_JAVA_OPTIONS``, read by the ``java`` launcher (JDK 9+) of every JVM started
-under the suite's environment."""
+Semantics are unchanged. ``FRAUDLAKE_TEST_JVM_OPTIONS`` replaces them (empty: production's, as in ``make bench``:
+``spark.driver_jvm_options`` for a Spark driver, the JVM's defaults for the others). Passed as ``JDK_JAVA_OPTIONS``,
+read by the ``java`` launcher (JDK 9+) of every JVM started under the suite's environment; a Spark driver then leaves
+out ``spark.driver_jvm_options`` (``spark_session.driver_jvm_options``)."""
 
 
 WORKER_JVM_OPTIONS_ENV = "FRAUDLAKE_TEST_WORKER_JVM_OPTIONS"
