@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 
 from pipelines.base.runtime_env import JARS_ENV, ensure_java_home
 from pipelines.base.settings import Settings, SparkSettings, load_settings
-from pipelines.base.spark_session import get_spark
+from pipelines.base.spark_session import JVM_OPTIONS_ENV, get_spark
 from pipelines.local.connect_worker import ConnectWorker
 from pipelines.local.kafka_broker import KafkaBroker, started_broker
 from pipelines.local.ports import free_port
@@ -87,10 +87,10 @@ scaling 3: 312 vs 293; scaling 6 vs 3: 281 vs 283 and 3% slower."""
 
 def _jvm_options() -> dict[str, str | None]:
     options = os.environ.get("FRAUDLAKE_TEST_JVM_OPTIONS", TEST_JVM_OPTIONS).strip()
-    inherited = os.environ.get("JDK_JAVA_OPTIONS", "")
+    inherited = os.environ.get(JVM_OPTIONS_ENV, "")
     if options in inherited:  # an xdist worker inherits the controller's
         return {}
-    return {"JDK_JAVA_OPTIONS": f"{inherited} {options}".strip() or None}
+    return {JVM_OPTIONS_ENV: f"{inherited} {options}".strip() or None}
 
 
 class XdistModuleOrder:
@@ -185,7 +185,7 @@ def spark(base_settings: Settings) -> Iterator[SparkSession]:
     """The worker's own session, the one JVM that lives for the whole run: started with production's JVM options
     (``WORKER_JVM_OPTIONS_ENV`` replaces them), not the suite's short-lived JVM options (C2 pays off over minutes of
     Spark work: with C1 only, the in-process modules took ~40% longer)."""
-    options = os.environ.pop("JDK_JAVA_OPTIONS", None)  # the suite's short-lived JVMs' options: not this one's
+    options = os.environ.pop(JVM_OPTIONS_ENV, None)  # the suite's short-lived JVMs' options: not this one's
     worker_options = os.environ.get(WORKER_JVM_OPTIONS_ENV)
     settings = base_settings
     if worker_options is not None:
@@ -194,9 +194,8 @@ def spark(base_settings: Settings) -> Iterator[SparkSession]:
     try:
         session = get_spark(settings, app_name="fraudlake-tests")
     finally:
-        os.environ.pop("JDK_JAVA_OPTIONS", None)
         if options is not None:
-            os.environ["JDK_JAVA_OPTIONS"] = options
+            os.environ[JVM_OPTIONS_ENV] = options
     yield session
     session.stop()
 
