@@ -165,18 +165,21 @@ def take_over_appends(
     run: BatchRun, evaluated: Evaluated, *, state_cache: TableCache, memory_cache: TableCache
 ) -> None:
     """The caches move to the versions just written, on the batch's thread, once no job reads them any more."""
-    _take_over(run, state_cache, evaluated.tiles, "state", run.state_version)
+    states = [s.state_id for s in run.states]  # the batch's tiles are of these states only
+    _take_over(run, state_cache, evaluated.tiles, "state", run.state_version, held=states)
     if evaluated.memory is not None:
         _take_over(run, memory_cache, evaluated.memory, "cooldown", run.cooldown_version)
 
 
-def _take_over(run: BatchRun, cache: TableCache, frame: DataFrame, write: str, read: int) -> None:
+def _take_over(
+    run: BatchRun, cache: TableCache, frame: DataFrame, write: str, read: int, *, held: list[str] | None = None
+) -> None:
     """Give the cache the frame this batch appended (or, if an earlier attempt did, make it reload)."""
     if run.attempt.done(write):
         cache.invalidate()
         release(frame)
     else:
-        cache.appended(run.spark, frame, read_version=read)
+        cache.appended(run.spark, frame, read_version=read, held=held)
 
 
 def batch_latency(stats: BatchStats, evaluated: Evaluated | None) -> dict[str, float]:

@@ -50,7 +50,7 @@ from pipelines.engine.latency import format_latency
 from pipelines.engine.lookback import COORDINATES, with_coordinates
 from pipelines.engine.parse_transactions import bronze_rows, flag_duplicates, parse_raw, quarantine_rows
 from pipelines.engine.recovery import BATCH_LOG_WRITE, Attempt, EnginePaths, Pins
-from pipelines.engine.retention import retention_steps, run_retention
+from pipelines.engine.retention import retention_steps, run_retention, states_held
 from pipelines.engine.state_rebuild import maintain_states, needs_maintenance, returning_rule_ids
 from pipelines.engine.states import RulesCache, StateSpec, plan_states, states_of
 from pipelines.engine.table_cache import TableCache, kept, release
@@ -106,6 +106,7 @@ class BatchHandler:
             ),
             columns=STATE_ROWS,
             layout=lambda rows: co_partitioned(tiles_from_table(rows, self._units), self._partitions()),
+            held_at=lambda spark, version: states_held(self.paths.bucket_state, version),
         )
         self._memory = TableCache(self.paths.alert_cooldown, fold=fold_memory, columns=MEMORY_ROWS)
         self._previous: dict[str, Any] | None = None  # batch-log row of the last batch this handler completed

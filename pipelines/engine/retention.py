@@ -200,7 +200,7 @@ def compact_state_tiles(run: BatchRun, cache: TableCache, horizons: dict[str, in
     bound = sum(known[s] for s in due) if all(s in known for s in due) else None
     tag = run.tag("state-compact")
     compact_tiles(tiles_to_table(written), path, tag=tag, state_ids=due, read_version=read, rows_at_most=bound)
-    cache.replaced(spark, written, rewritten=rewritten, read_version=read)
+    cache.replaced(spark, written, rewritten=rewritten, read_version=read, states=due)
 
 
 def state_files(path: str, version: int) -> dict[str, PartitionFiles] | None:
@@ -208,6 +208,13 @@ def state_files(path: str, version: int) -> dict[str, PartitionFiles] | None:
     from the file statistics in the Delta log (``arrow_reads.partition_files_at``: no Spark job); None where
     delta-rs does not read them."""
     return partition_files_at(path, version=version, partition="stateId", column="bucketStart")
+
+
+def states_held(path: str, version: int) -> frozenset[str] | None:
+    """The states with rows in the state table at ``version`` (its partitions, from the log: ``state_files``); None
+    where not known. The state cache's frame loaded at that version holds these (``TableCache``'s ``held_at``)."""
+    files = state_files(path, version)
+    return None if files is None else frozenset(files)
 
 
 def quiet_states(files: Mapping[str, PartitionFiles] | None, horizons: Mapping[str, int]) -> set[str]:

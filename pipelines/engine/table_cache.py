@@ -15,6 +15,12 @@ executors, with their lineage cut, so that the plans that read them stay small h
 has seen (a persisted frame would carry every earlier batch's plan along). A lost block (an executor gone) fails
 the batch that reads it; the handler then forgets its caches and the replay reloads them from Delta.
 
+Past ``MAX_FRAMES`` frames the cache folds, in steps that cost what recent batches appended rather than the whole
+cached table (``_fold_when_long``): the appended frames fold among themselves, and a frame holding whole states (the
+load, a compaction's rewrite, a backfill) is left alone. Each frame knows which states it may hold (``held``), so
+one that a later compaction rewrote entirely is let go without a fold. Only past ``MAX_FRAMES`` whole frames are
+they folded together.
+
 Example::
 
     cache = TableCache(path, fold=fold_tiles, columns=STATE_CACHE_COLUMNS)
@@ -28,7 +34,8 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame, SparkSession
 
@@ -36,7 +43,36 @@ from delta_tables.table_snapshot import table_file_count, table_version
 
 log = logging.getLogger(__name__)
 MAX_FRAMES = 12
-"""More appended frames than this are folded into one (the union's plan and scan grow with each)."""
+"""More frames than this are folded (the union's plan and scan grow with each): see ``TableCache._fold_when_long``."""
+WHOLE = 1 << 62
+"""The weight of a frame that holds whole states (loaded from Delta, a compaction's rewrite, a backfill, a fold of
+such frames): never folded with the appended frames. An appended frame weighs 1, a fold of appended frames the sum."""
+HeldAt = Callable[[SparkSession, int], frozenset[str] | None]
+"""The states (values of the table's partition column) a version of the table holds; None where not known."""
+
+
+@dataclass
+class _Frame:
+    """One frame of the cache: its rows, which of them still belong to the table, its weight, its states."""
+
+    rows: DataFrame  # materialized, with at least the cache's columns
+    weight: int
+    held: frozenset[str] | None  # the states it may hold (None: any)
+    gone: frozenset[str] = frozenset()  # states a later commit rewrote: their rows here no longer belong to the table
+    kept: Column | None = None  # the rows that still belong to the table (None: all); gone's rows filtered out
+
+    @property
+    def dead(self) -> bool:
+        """Whether none of its rows belongs to the table any more."""
+        return self.held is not None and self.held <= self.gone
+
+    def remaining(self) -> frozenset[str] | None:
+        """The states whose rows it still holds for the table (None: not known)."""
+        return None if self.held is None else self.held - self.gone
+
+
+def _union_of(sets: Sequence[frozenset[str] | None]) -> frozenset[str] | None:
+    return None if any(s is None for s in sets) else frozenset().union(*[s for s in sets if s is not None])
 
 
 class TableCache:
@@ -53,62 +89,95 @@ class TableCache:
         fold: Callable[[DataFrame], DataFrame],
         columns: Sequence[str],
         layout: Callable[[DataFrame], DataFrame] | None = None,
+        held_at: HeldAt | None = None,
     ) -> None:
         """``fold``: rows -> one row per key (keeps the rows' partitioning); ``layout``: how the rows read from
         Delta are laid out before they are folded (e.g. ``buckets.co_partitioned``), so that every frame the cache
-        holds has the layout of the frames appended to it."""
+        holds has the layout of the frames appended to it; ``held_at``: the states a version of the table holds
+        (the frame loaded from Delta then knows its states, and a later compaction of all of them lets it go)."""
         self.path = path
         self._fold = fold
         self._layout = layout or (lambda rows: rows)
         self._columns = tuple(columns)
+        self._held_at = held_at
         self.version: int | None = None
-        self._frames: list[DataFrame] = []  # persisted, each with at least ``columns``
-        # Per frame, which of its rows still belong to the table (None: all): a compaction of some states rewrote
-        # theirs, which the newer frame holds (``replaced``).
-        self._kept: list[Column | None] = []
+        self._frames: list[_Frame] = []
 
     def frame(self) -> DataFrame:
         """The table's rows at ``version`` (not folded: a key may have a row per batch)."""
         if self.version is None or not self._frames:
             raise RuntimeError(f"the cache of {self.path} is not loaded")
-        frames = [f if kept is None else f.where(kept) for f, kept in zip(self._frames, self._kept, strict=True)]
-        return functools.reduce(DataFrame.unionByName, [f.select(*self._columns) for f in frames])
+        return self._union(self._frames)
+
+    def _union(self, frames: Sequence[_Frame]) -> DataFrame:
+        """The rows of ``frames`` that still belong to the table."""
+        parts = [f.rows if f.kept is None else f.rows.where(f.kept) for f in frames]
+        return functools.reduce(DataFrame.unionByName, [p.select(*self._columns) for p in parts])
+
+    @property
+    def frame_weights(self) -> tuple[int, ...]:
+        """Per frame held, oldest first, how many appended frames it folds (``WHOLE``: whole states)."""
+        return tuple(f.weight for f in self._frames)
 
     def ensure(self, spark: SparkSession, version: int) -> None:
         """Make the cache hold the table at ``version`` (a reload from Delta unless it already does)."""
         if self.version == version and self._frames:
             return
         rows = spark.read.format("delta").option("versionAsOf", version).load(self.path)
-        if table_file_count(spark, self.path, version) == 0:
+        empty = table_file_count(spark, self.path, version) == 0
+        if empty:
             # A fresh lakehouse's first batch: no Delta scan of a table known to be empty (its snapshot's files are
             # a state reconstruction, two jobs: ~0.5 s a table warm, over 1 s in a fresh JVM).
             rows = empty_like(rows)
-        self._replace([materialize(self._fold(self._layout(rows)).select(*self._columns))], version)
+        loaded = materialize(self._fold(self._layout(rows)).select(*self._columns))
+        if empty:
+            self._replace([_Frame(loaded, 0, frozenset())], version)
+        else:
+            held = self._held_at(spark, version) if self._held_at is not None else None
+            self._replace([_Frame(loaded, WHOLE, held)], version)
         log.info("cache of %s loaded at version %s", self.path, version)
 
-    def appended(self, spark: SparkSession, frame: DataFrame, *, read_version: int) -> None:
-        """Take ``frame`` (materialized; the rows just appended) if the append is the version after ``read_version``;
-        otherwise forget everything (someone else committed in between: the next ``ensure`` reloads)."""
+    def appended(
+        self, spark: SparkSession, frame: DataFrame, *, read_version: int, held: Collection[str] | None = None
+    ) -> None:
+        """Take ``frame`` (materialized; the rows just appended, of the states ``held`` if given) if the append is
+        the version after ``read_version``; otherwise forget everything (someone else committed in between: the
+        next ``ensure`` reloads)."""
+        self._take(spark, _Frame(frame, 1, None if held is None else frozenset(held)), read_version=read_version)
+
+    def _take(self, spark: SparkSession, frame: _Frame, *, read_version: int) -> None:
         if self.version != read_version or table_version(spark, self.path) != read_version + 1:
-            self._replace([], None, dropped=[frame])
+            self._replace([], None, dropped=[frame.rows])
             return
         self._frames.append(frame)
-        self._kept.append(None)
         self.version = read_version + 1
         self._fold_when_long()
 
-    def replaced(self, spark: SparkSession, frame: DataFrame, *, rewritten: Column, read_version: int) -> None:
-        """After a commit that rewrote the rows matching ``rewritten`` (a condition on partition columns) as ``frame``
-        (materialized): the cached rows matching it are dropped (a filter, nothing copied) and ``frame`` taken, if the
-        commit is the version after ``read_version``; otherwise forget everything (the next ``ensure`` reloads)."""
+    def replaced(
+        self,
+        spark: SparkSession,
+        frame: DataFrame,
+        *,
+        rewritten: Column,
+        read_version: int,
+        states: Collection[str] | None = None,
+    ) -> None:
+        """After a commit that rewrote the rows matching ``rewritten`` (a condition on partition columns; the rows of
+        ``states`` when given) as ``frame`` (materialized): the cached rows matching it are dropped (a filter,
+        nothing copied; a frame whose states were all rewritten is let go) and ``frame`` taken, if the commit is the
+        version after ``read_version``; otherwise forget everything (the next ``ensure`` reloads)."""
         if self.version != read_version or table_version(spark, self.path) != read_version + 1:
             self._replace([], None, dropped=[frame])
             return
-        self._kept = [~rewritten if kept is None else kept & ~rewritten for kept in self._kept]
-        self._frames.append(frame)
-        self._kept.append(None)
-        self.version = read_version + 1
-        self._fold_when_long()
+        rewritten_states = frozenset(states) if states is not None else None
+        for older in self._frames:
+            if rewritten_states is not None and older.held is not None and not older.held & rewritten_states:
+                continue  # none of its states rewritten: no filter (the generated code of its scan stays the same)
+            older.kept = ~rewritten if older.kept is None else older.kept & ~rewritten
+            if rewritten_states is not None:
+                older.gone |= rewritten_states
+        self._replace([f for f in self._frames if not f.dead], self.version)  # the dead ones are released
+        self._take(spark, _Frame(frame, WHOLE, rewritten_states), read_version=read_version)
 
     def appended_rows(self, spark: SparkSession, rows: DataFrame, *, read_version: int) -> None:
         """Like ``appended``, for rows in the table's own format (laid out and folded here, as ``ensure`` would):
@@ -117,7 +186,7 @@ class TableCache:
             self.invalidate()
             return
         frame = materialize(self._fold(self._layout(rows)).select(*self._columns))
-        self.appended(spark, frame, read_version=read_version)
+        self._take(spark, _Frame(frame, WHOLE, None), read_version=read_version)  # whole states' history
 
     def deleted(self, spark: SparkSession, *, removed: Column, read_version: int) -> None:
         """After a DELETE of the rows matching ``removed`` (a condition on the cached columns, never null): the cache
@@ -132,7 +201,8 @@ class TableCache:
             self.invalidate()
             return
         kept = self.frame().where(~removed)
-        self._replace([materialize(self._fold(kept).select(*self._columns))], version)
+        held = _union_of([f.remaining() for f in self._frames])
+        self._replace([_Frame(materialize(self._fold(kept).select(*self._columns)), WHOLE, held)], version)
 
     def rewritten_rows(self, spark: SparkSession, rows: DataFrame, *, removed: Column, read_version: int) -> None:
         """After one commit that replaced the rows matching ``removed`` (a condition on partition columns) with
@@ -146,30 +216,55 @@ class TableCache:
             return
         kept = self._fold(self.frame().where(~removed)).select(*self._columns)
         taken = self._fold(self._layout(rows)).select(*self._columns)
-        self._replace([materialize(kept.unionByName(taken))], read_version + 1)
+        self._replace([_Frame(materialize(kept.unionByName(taken)), WHOLE, None)], read_version + 1)
 
     def _fold_when_long(self) -> None:
-        if len(self._frames) > MAX_FRAMES:
-            self._replace([materialize(self._fold(self.frame()).select(*self._columns))], self.version)
+        """Past MAX_FRAMES appended frames, fold the newest together with each older appended (or folded) one that
+        weighs no more than those so far: a row is folded again only when its frame joins a heavier one
+        (O(log batches) times), so a fold costs about what recent batches appended, not the whole cached table.
+        Frames of whole states (``WHOLE``) are not folded with them: a compaction's rewrite of a state lets the
+        older frames of that state go instead (``replaced``). Past MAX_FRAMES frames of whole states (more states
+        than that, each rewritten apart), those are folded into one."""
+        light = [f for f in self._frames if f.weight < WHOLE]
+        if len(light) > MAX_FRAMES:
+            chosen: list[_Frame] = []
+            weight = 0
+            for candidate in reversed(light):
+                if chosen and candidate.weight > weight:
+                    break
+                chosen.append(candidate)
+                weight += candidate.weight
+            if len(chosen) > 1:  # else the newest frame is lighter than the one before: the next append folds
+                self._fold_frames(chosen, weight)
+        whole = [f for f in self._frames if f.weight >= WHOLE]
+        if len(whole) > MAX_FRAMES:
+            self._fold_frames(whole, WHOLE)
+
+    def _fold_frames(self, chosen: Sequence[_Frame], weight: int) -> None:
+        """Replace ``chosen`` by the fold of their rows that still belong to the table, as the newest frame."""
+        ids = {id(f) for f in chosen}
+        rows = materialize(self._fold(self._union(chosen)).select(*self._columns))
+        folded = _Frame(rows, min(weight, WHOLE), _union_of([f.remaining() for f in chosen]))
+        self._replace([*(f for f in self._frames if id(f) not in ids), folded], self.version)
 
     def reset(self, spark: SparkSession, folded: DataFrame, *, written_version: int | None) -> None:
         """After a compaction wrote ``folded`` (materialized) as the whole table: hold it at ``written_version``."""
         if written_version is None or table_version(spark, self.path) != written_version:
             self._replace([], None, dropped=[folded])
             return
-        self._replace([folded], written_version)
+        self._replace([_Frame(folded, WHOLE, None)], written_version)
 
     def invalidate(self) -> None:
         """Forget the cached content (its frames are released)."""
         self._replace([], None)
 
-    def _replace(self, frames: list[DataFrame], version: int | None, *, dropped: Sequence[DataFrame] = ()) -> None:
+    def _replace(self, frames: list[_Frame], version: int | None, *, dropped: Sequence[DataFrame] = ()) -> None:
+        """Hold ``frames`` at ``version``; release the frames let go, and ``dropped``."""
         old, self._frames, self.version = self._frames, frames, version
-        self._kept = [None] * len(frames)
-        kept = {id(f) for f in frames}
-        for frame in [*old, *dropped]:
-            if id(frame) not in kept:
-                release(frame)
+        held = {id(f.rows) for f in frames}
+        for rows in [*(f.rows for f in old), *dropped]:
+            if id(rows) not in held:
+                release(rows)
 
 
 def materialize(frame: DataFrame) -> DataFrame:
