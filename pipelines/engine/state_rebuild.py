@@ -140,7 +140,7 @@ def maintain_states(
                 drop_due = False
             else:
                 append_tiles(written, paths.bucket_state, batch_id=None, tag=attempt.tag("state-backfill", pins))
-                state_cache.appended_rows(spark, written, read_version=read)
+                state_cache.appended_rows(spark, written, read_version=read, states=[s.state_id for s in backfilled])
         finally:
             release(written)
     if drop_due:  # states dropped, none backfilled (or no bronze before this batch): a drop alone

@@ -179,14 +179,18 @@ class TableCache:
         self._replace([f for f in self._frames if not f.dead], self.version)  # the dead ones are released
         self._take(spark, _Frame(frame, WHOLE, rewritten_states), read_version=read_version)
 
-    def appended_rows(self, spark: SparkSession, rows: DataFrame, *, read_version: int) -> None:
-        """Like ``appended``, for rows in the table's own format (laid out and folded here, as ``ensure`` would):
-        a write outside the batch's hot path (a backfill) that the cache takes instead of reloading the table."""
+    def appended_rows(
+        self, spark: SparkSession, rows: DataFrame, *, read_version: int, states: Collection[str] | None = None
+    ) -> None:
+        """Like ``appended``, for rows in the table's own format (laid out and folded here, as ``ensure`` would; of
+        the ``states`` given): a write outside the batch's hot path (a backfill) that the cache takes instead of
+        reloading the table. Whole states' history: a frame of whole states."""
         if self.version != read_version:
             self.invalidate()
             return
         frame = materialize(self._fold(self._layout(rows)).select(*self._columns))
-        self._take(spark, _Frame(frame, WHOLE, None), read_version=read_version)  # whole states' history
+        held = None if states is None else frozenset(states)
+        self._take(spark, _Frame(frame, WHOLE, held), read_version=read_version)
 
     def deleted(self, spark: SparkSession, *, removed: Column, read_version: int) -> None:
         """After a DELETE of the rows matching ``removed`` (a condition on the cached columns, never null): the cache
