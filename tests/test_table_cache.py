@@ -21,7 +21,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 from delta_tables.arrow_writes import append_rows_at, frame_as_arrow, overwrite_partitions_at
 from delta_tables.local_rows import local_frame
 from pipelines.engine import table_cache
-from pipelines.engine.table_cache import WHOLE, TableCache, materialize
+from pipelines.engine.table_cache import WHOLE, HeldAt, TableCache, materialize
 
 SCHEMA = "stateId string, keyValue string, lastMs long"
 ROWS = StructType(
@@ -77,7 +77,10 @@ def _rewrite(spark: SparkSession, cache: TableCache, path: str, state: str) -> N
     cache.replaced(spark, written, rewritten=F.col("stateId") == state, read_version=read, states=[state])
 
 
-def _states_at(spark: SparkSession, path: str) -> object:
+def _states_at(path: str) -> HeldAt:
+    """The states a version holds, read from the table (``retention.states_held`` reads them from the state table's
+    log statistics, which need its ``bucketStart`` column)."""
+
     def held_at(session: SparkSession, version: int) -> frozenset[str]:
         table = session.read.format("delta").option("versionAsOf", version).load(path)
         return frozenset(r[0] for r in table.select("stateId").distinct().collect())
@@ -138,7 +141,7 @@ def test_an_empty_table_folds_with_the_appended_frames(spark: SparkSession, tmp_
 def test_a_rewrite_of_every_state_of_a_frame_lets_it_go_without_a_fold(spark: SparkSession, tmp_path: Path) -> None:
     path = str(tmp_path / "table")
     _table(spark, path, _rows(0))
-    cache = TableCache(path, fold=_fold, columns=COLUMNS, held_at=_states_at(spark, path))  # type: ignore[arg-type]
+    cache = TableCache(path, fold=_fold, columns=COLUMNS, held_at=_states_at(path))
     cache.ensure(spark, 0)
     for batch in (1, 2):
         _append(spark, cache, path, batch)

@@ -146,11 +146,20 @@ class TableCache:
         self._take(spark, _Frame(frame, 1, None if held is None else frozenset(held)), read_version=read_version)
 
     def _take(self, spark: SparkSession, frame: _Frame, *, read_version: int) -> None:
-        if self.version != read_version or table_version(spark, self.path) != read_version + 1:
+        if not self._next(spark, read_version):
             self._replace([], None, dropped=[frame.rows])
             return
+        self._push(frame)
+
+    def _next(self, spark: SparkSession, read_version: int) -> bool:
+        """Whether the cache holds ``read_version`` and the table's newest version is the one after it."""
+        return self.version == read_version and table_version(spark, self.path) == read_version + 1
+
+    def _push(self, frame: _Frame) -> None:
+        """Hold ``frame`` too, at the version after the one held (checked by ``_next``)."""
+        assert self.version is not None
         self._frames.append(frame)
-        self.version = read_version + 1
+        self.version += 1
         self._fold_when_long()
 
     def replaced(
@@ -166,7 +175,7 @@ class TableCache:
         ``states`` when given) as ``frame`` (materialized): the cached rows matching it are dropped (a filter,
         nothing copied; a frame whose states were all rewritten is let go) and ``frame`` taken, if the commit is the
         version after ``read_version``; otherwise forget everything (the next ``ensure`` reloads)."""
-        if self.version != read_version or table_version(spark, self.path) != read_version + 1:
+        if not self._next(spark, read_version):
             self._replace([], None, dropped=[frame])
             return
         rewritten_states = frozenset(states) if states is not None else None
@@ -177,7 +186,7 @@ class TableCache:
             if rewritten_states is not None:
                 older.gone |= rewritten_states
         self._replace([f for f in self._frames if not f.dead], self.version)  # the dead ones are released
-        self._take(spark, _Frame(frame, WHOLE, rewritten_states), read_version=read_version)
+        self._push(_Frame(frame, WHOLE, rewritten_states))  # the version was checked above: one log listing
 
     def appended_rows(
         self, spark: SparkSession, rows: DataFrame, *, read_version: int, states: Collection[str] | None = None
