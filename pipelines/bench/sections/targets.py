@@ -30,19 +30,21 @@ def measure_targets(results: Results) -> list[Target]:
                 None if r is None else r <= 2,
             )
         )
-    best = max(
-        (
-            r.sustained_tps
-            for label, r in results.throughput.items()
-            if parse_label(label)["rules"] == 20 and parse_label(label)["keys"] == 10_000
-        ),
-        default=None,
-    )
+    by_size = {
+        parse_label(label)["batch"]: r.sustained_tps
+        for label, r in results.throughput.items()
+        if parse_label(label)["rules"] == 20 and parse_label(label)["keys"] == 10_000
+    }
+    best = max(by_size.values(), default=None)
     targets.append(
         Target(
             "throughput, 20 rules over 10,000 keys",
             "≥ 10,000 tx/s sustained",
-            "-" if best is None else f"{best:,.0f} tx/s (best batch size)",
+            "-"
+            if best is None
+            else f"{best:,.0f} tx/s (best batch size; "
+            + ", ".join(f"{tps:,.0f} at {size:,}-row batches" for size, tps in sorted(by_size.items()))
+            + ")",
             None if best is None else best >= 10_000,
         )
     )
