@@ -23,6 +23,7 @@ from pyspark.sql.types import DataType
 
 from delta_tables.bucket_state import DEFAULT_DISTINCT_CAP, DISTINCT_VALUES_TYPE, TILE_COLUMNS, capped_distinct
 from delta_tables.transaction_types import AGGREGATE_TYPE
+from pipelines.base.column_memo import Projection, per_jvm
 from pipelines.engine.keys import key_column
 from pipelines.engine.states import StateSpec
 from pipelines.engine.units import to_units
@@ -89,14 +90,28 @@ def tag_rows(
     """
     if not states:
         raise ValueError("tag_rows needs at least one state")
-    types = {field.name: field.dataType for field in transactions.schema.fields}
+    types = tuple((field.name, field.dataType) for field in transactions.schema.fields)
+    tagging, tagged = _tag_projections(tuple(states), types, units, bucket_ms, tuple(keep))
+    return transactions.select(*tagging).select(*tagged)
+
+
+@per_jvm
+def _tag_projections(
+    states: tuple[StateSpec, ...],
+    types: tuple[tuple[str, DataType], ...],
+    units: DataType | None,
+    bucket_ms: int,
+    keep: tuple[str, ...],
+) -> tuple[Projection, Projection]:
+    """``tag_rows``'s two projections (built once per JVM and rule set: ``column_memo``)."""
+    by_name = dict(types)
     with_distinct = any(s.distinct for s in states)
     entries = F.filter(
-        F.array(*[_state_entry(s, types, units, with_distinct=with_distinct) for s in states]),
+        F.array(*[_state_entry(s, by_name, units, with_distinct=with_distinct) for s in states]),
         lambda e: e.isNotNull(),
     )
-    exploded = transactions.select(*keep, "eventTimeMs", F.explode(entries).alias("_s"))
-    return exploded.select(
+    exploded: Projection = (*keep, "eventTimeMs", F.explode(entries).alias("_s"))
+    tagged: Projection = (
         *keep,
         "eventTimeMs",
         # Never null (a literal and a concatenation), but typed nullable through the struct: declared non-null so
@@ -107,6 +122,7 @@ def tag_rows(
         F.col("_s.value").alias("value"),
         *([F.col("_s.distinct").alias("distinct")] if with_distinct else []),
     )
+    return exploded, tagged
 
 
 STATE_KEY = ("stateId", "keyValue")
@@ -134,6 +150,17 @@ def tiles(tagged: DataFrame, *, bucket_ms: int, distinct_cap: int = DEFAULT_DIST
     One aggregation: each row is counted once per level (``explode`` of its tile at each level).
     """
     with_distinct = "distinct" in tagged.columns
+    value_type = tagged.schema["value"].dataType  # decimal(38,6) or units: sums stay in it (ANSI: no wrapping)
+    exploded, keys, aggregates, bucket_start = _tile_expressions(bucket_ms, distinct_cap, value_type, with_distinct)
+    grouped = tagged.select(*exploded).groupBy(*keys)
+    return grouped.agg(*aggregates).withColumn("bucketStart", bucket_start).select(*TILE_COLUMNS)
+
+
+@per_jvm
+def _tile_expressions(
+    bucket_ms: int, distinct_cap: int, value_type: DataType, with_distinct: bool
+) -> tuple[Projection, Projection, tuple[Column, ...], Column]:
+    """``tiles``' projection, grouping keys, aggregates and tile start (built once per JVM: ``column_memo``)."""
     levels = F.array(
         *[
             F.struct(F.lit(lvl).alias("level"), floor_div(F.col("bucket"), size).alias("tile"))
@@ -141,13 +168,12 @@ def tiles(tagged: DataFrame, *, bucket_ms: int, distinct_cap: int = DEFAULT_DIST
         ]
     )
     carried = ["distinct"] if with_distinct else []
-    exploded = tagged.select("stateId", "keyValue", "value", *carried, F.explode(levels).alias("_t"))
+    exploded: Projection = ("stateId", "keyValue", "value", *carried, F.explode(levels).alias("_t"))
     # level and tile are never null; declared so (see ``co_partitioned``).
     level, tile = F.coalesce(F.col("_t.level"), F.lit(0)), F.coalesce(F.col("_t.tile"), F.lit(0).cast("long"))
-    grouped = exploded.groupBy("stateId", "keyValue", level.alias("level"), tile.alias("tile"))
+    keys: Projection = ("stateId", "keyValue", level.alias("level"), tile.alias("tile"))
     sizes = F.element_at(F.array(*[F.lit(size * bucket_ms) for size in LEVEL_SIZES]), F.col("level") + 1)
-    value_type = tagged.schema["value"].dataType  # decimal(38,6) or units: sums stay in it (ANSI: no wrapping)
-    aggregated = grouped.agg(
+    aggregates: tuple[Column, ...] = (
         F.sum("value").cast(value_type).alias("sum"),
         F.count(F.lit(1)).alias("count"),
         F.count("value").alias("valueCount"),
@@ -159,7 +185,7 @@ def tiles(tagged: DataFrame, *, bucket_ms: int, distinct_cap: int = DEFAULT_DIST
             else F.lit(None).cast(DISTINCT_VALUES_TYPE)
         ).alias("distinctValues"),
     )
-    return aggregated.withColumn("bucketStart", F.col("tile") * sizes).select(*TILE_COLUMNS)
+    return exploded, keys, aggregates, F.col("tile") * sizes
 
 
 def lowest_tile_starts(earliest_ms: int, *, bucket_ms: int) -> dict[int, int]:

@@ -30,6 +30,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from delta_tables.bucket_state import fold_distinct
+from pipelines.base.column_memo import Projection, per_jvm
 from pipelines.engine.buckets import LEVEL_FANOUT, LEVEL_SIZES, TOP_LEVEL, floor_div
 
 POINT_KEYS = ("stateId", "keyValue", "bucket", "reach")
@@ -58,22 +59,35 @@ def probes(points: DataFrame, *, reach: str = "reach", keys: tuple[str, ...] = P
     The range limits of each level are computed as columns, one projection per level, so that the plan stays
     linear in the number of levels (nested expressions would be copied at every level).
     """
-    frame = points.withColumns({"_lo0": F.col("bucket") - F.col(reach), "_hi0": F.col("bucket") - F.lit(1)})
+    steps, explode, named = _probe_projections(reach, tuple(keys))
+    frame = points
+    for step in steps:
+        frame = frame.withColumns(step)
+    return frame.select(*explode).select(*named)
+
+
+@per_jvm
+def _probe_projections(
+    reach: str, keys: tuple[str, ...]
+) -> tuple[tuple[dict[str, Column], ...], Projection, Projection]:
+    """``probes``' column steps (one per level) and its two projections (built once per JVM: ``column_memo``)."""
+    steps: list[dict[str, Column]] = [{"_lo0": F.col("bucket") - F.col(reach), "_hi0": F.col("bucket") - F.lit(1)}]
     items: list[Column] = []
     for level, fan in enumerate(LEVEL_FANOUT):
         lo, hi, first, last = (F.col(f"_{name}{level}") for name in ("lo", "hi", "first", "last"))
-        frame = frame.withColumns({f"_first{level}": floor_div(lo, fan), f"_last{level}": floor_div(hi, fan)})
+        steps.append({f"_first{level}": floor_div(lo, fan), f"_last{level}": floor_div(hi, fan)})
         items.append(_probe(level, first, lo, hi))
         items.append(F.when(last > first, _probe(level, last, lo, hi)))
         # The parents strictly inside the range are whole tiles one level up.
-        frame = frame.withColumns({f"_lo{level + 1}": first + F.lit(1), f"_hi{level + 1}": last - F.lit(1)})
+        steps.append({f"_lo{level + 1}": first + F.lit(1), f"_hi{level + 1}": last - F.lit(1)})
     top = len(LEVEL_FANOUT)
     items.append(_probe(TOP_LEVEL, F.lit(0), F.col(f"_lo{top}"), F.col(f"_hi{top}")))
     items.append(
         _probe(0, floor_div(F.col("bucket"), LEVEL_FANOUT[0]), F.col("bucket"), F.col("bucket"), prior_only=True)
     )
     kept = F.filter(F.array(*items), lambda p: p.isNotNull() & (p["lo"] <= p["hi"]))
-    return frame.select(*keys, F.explode(kept).alias("p")).select(
+    explode: Projection = (*keys, F.explode(kept).alias("p"))
+    named: Projection = (
         *keys,
         F.col("p.level").alias("level"),
         F.col("p.parent").alias("parent"),
@@ -81,6 +95,7 @@ def probes(points: DataFrame, *, reach: str = "reach", keys: tuple[str, ...] = P
         F.col("p.hi").alias("hi"),
         F.col("p.priorOnly").alias("priorOnly"),
     )
+    return tuple(steps), explode, named
 
 
 COORDINATES = ("tile", "parent")

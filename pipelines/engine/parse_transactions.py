@@ -27,6 +27,7 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 
 from delta_tables.quarantine import QUARANTINE_SCHEMA
 from delta_tables.transaction_types import spark_type
+from pipelines.base.column_memo import Projection, per_jvm
 from pipelines.base.settings import TransactionField, TransactionSchema
 
 RAW_SCHEMA = StructType(
@@ -66,12 +67,22 @@ def _typed(field: TransactionField, value: Column) -> Column:
 
 def parse_raw(raw: DataFrame, schema: TransactionSchema) -> DataFrame:
     """Typed transaction columns + ``eventTimeMs``, ``extraFields`` and ``reason`` (null when valid), raw kept."""
-    fields = schema.fields
     # Three projections, so that each field's map lookup and typed read run once per record: every later
     # expression refers to their columns (Spark does not merge projections that would repeat them).
-    parsed = raw.select(*RAW_COLUMNS, F.from_json("raw", "map<string,variant>").alias("_m"))
-    looked_up = parsed.select(*RAW_COLUMNS, "_m", *[F.col("_m")[f.name].alias(f"_v{i}") for i, f in enumerate(fields)])
-    typed_frame = looked_up.select(
+    projections = _parse_projections(schema)
+    frame = raw
+    for projection in projections:
+        frame = frame.select(*projection)
+    return frame
+
+
+@per_jvm
+def _parse_projections(schema: TransactionSchema) -> tuple[Projection, ...]:
+    """``parse_raw``'s four projections of a schema (built once per JVM: ``column_memo``)."""
+    fields = schema.fields
+    parsed: Projection = (*RAW_COLUMNS, F.from_json("raw", "map<string,variant>").alias("_m"))
+    looked_up: Projection = (*RAW_COLUMNS, "_m", *[F.col("_m")[f.name].alias(f"_v{i}") for i, f in enumerate(fields)])
+    typed_frame: Projection = (
         *RAW_COLUMNS,
         "_m",
         *[
@@ -90,13 +101,14 @@ def parse_raw(raw: DataFrame, schema: TransactionSchema) -> DataFrame:
         problems.append(F.when(present[f.name] & typed[f.name].isNull(), F.lit(f"field {f.name} is not a {f.type}")))
     names = [f.name for f in fields]
     extra = F.map_filter("_m", lambda k, _v: ~k.isin(*names))
-    return typed_frame.select(
+    result: Projection = (
         *[typed[f.name].alias(f.name) for f in fields],
         F.unix_millis(typed["eventTime"]).alias("eventTimeMs"),
         F.when(F.size(extra) > 0, F.to_json(extra)).alias("extraFields"),
         F.coalesce(*problems).alias("reason"),
         *RAW_COLUMNS,
     )
+    return parsed, looked_up, typed_frame, result
 
 
 def flag_duplicates(parsed: DataFrame) -> DataFrame:

@@ -60,11 +60,19 @@ class _Frame:
     held: frozenset[str] | None  # the states it may hold (None: any)
     gone: frozenset[str] = frozenset()  # states a later commit rewrote: their rows here no longer belong to the table
     kept: Column | None = None  # the rows that still belong to the table (None: all); gone's rows filtered out
+    view: DataFrame | None = None  # ``part``'s frame, built once (a batch's plan names it again: no round trips)
 
     @property
     def dead(self) -> bool:
         """Whether none of its rows belongs to the table any more."""
         return self.held is not None and self.held <= self.gone
+
+    def part(self, columns: Sequence[str]) -> DataFrame:
+        """Its rows that still belong to the table, ``columns`` of them."""
+        if self.view is None:
+            rows = self.rows if self.kept is None else self.rows.where(self.kept)
+            self.view = rows.select(*columns)
+        return self.view
 
     def remaining(self) -> frozenset[str] | None:
         """The states whose rows it still holds for the table (None: not known)."""
@@ -102,17 +110,19 @@ class TableCache:
         self._held_at = held_at
         self.version: int | None = None
         self._frames: list[_Frame] = []
+        self._whole: DataFrame | None = None  # the union of the frames' parts, built once per set of frames
 
     def frame(self) -> DataFrame:
         """The table's rows at ``version`` (not folded: a key may have a row per batch)."""
         if self.version is None or not self._frames:
             raise RuntimeError(f"the cache of {self.path} is not loaded")
-        return self._union(self._frames)
+        if self._whole is None:
+            self._whole = self._union(self._frames)
+        return self._whole
 
     def _union(self, frames: Sequence[_Frame]) -> DataFrame:
-        """The rows of ``frames`` that still belong to the table."""
-        parts = [f.rows if f.kept is None else f.rows.where(f.kept) for f in frames]
-        return functools.reduce(DataFrame.unionByName, [p.select(*self._columns) for p in parts])
+        """The rows of ``frames`` that still belong to the table (each part has the cache's columns, in order)."""
+        return functools.reduce(DataFrame.union, [f.part(self._columns) for f in frames])
 
     @property
     def frame_weights(self) -> tuple[int, ...]:
@@ -160,6 +170,8 @@ class TableCache:
         assert self.version is not None
         self._frames.append(frame)
         self.version += 1
+        if self._whole is not None:  # one more part: the union so far is not built again
+            self._whole = self._whole.union(frame.part(self._columns))
         self._fold_when_long()
 
     def replaced(
@@ -183,6 +195,7 @@ class TableCache:
             if rewritten_states is not None and older.held is not None and not older.held & rewritten_states:
                 continue  # none of its states rewritten: no filter (the generated code of its scan stays the same)
             older.kept = ~rewritten if older.kept is None else older.kept & ~rewritten
+            older.view = None
             if rewritten_states is not None:
                 older.gone |= rewritten_states
         self._replace([f for f in self._frames if not f.dead], self.version)  # the dead ones are released
@@ -274,6 +287,7 @@ class TableCache:
     def _replace(self, frames: list[_Frame], version: int | None, *, dropped: Sequence[DataFrame] = ()) -> None:
         """Hold ``frames`` at ``version``; release the frames let go, and ``dropped``."""
         old, self._frames, self.version = self._frames, frames, version
+        self._whole = None
         held = {id(f.rows) for f in frames}
         for rows in [*(f.rows for f in old), *dropped]:
             if id(rows) not in held:
