@@ -28,6 +28,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, StringType, StructField, StructType
 
+from pipelines.base.column_memo import per_jvm
 from pipelines.base.jvm_classes import jvm_class
 
 
@@ -76,8 +77,15 @@ def local_frame(
         java_rows.append(row_factory.create(values))
     text = spark._jsparkSession.parseDataType(_TEXT_SCHEMA.json())
     frame = DataFrame(spark._jsparkSession.createDataFrame(java_rows, text), spark)
+    parsed, declared = _projections(schema)
+    return frame.select(parsed).select(*declared)
+
+
+@per_jvm
+def _projections(schema: StructType) -> tuple[Column, tuple[Column, ...]]:
+    """``local_frame``'s parse of the JSON texts and its typed columns (built once per JVM: ``column_memo``)."""
     parsed = F.from_json("json", schema, {"timestampFormat": _TIMESTAMP_FORMAT}).alias("r")
-    return frame.select(parsed).select(*[_declared(F.col(f"r.{f.name}"), f).alias(f.name) for f in schema.fields])
+    return parsed, tuple(_declared(F.col(f"r.{f.name}"), f).alias(f.name) for f in schema.fields)
 
 
 def _declared(column: Column, field: StructField) -> Column:

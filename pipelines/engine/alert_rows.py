@@ -20,6 +20,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from delta_tables.alerts import ALERTS_SCHEMA, live_alerts
+from pipelines.base.column_memo import per_jvm
 from pipelines.base.kafka_clients import spark_kafka_options
 from pipelines.base.settings import Settings
 from pipelines.engine.parse_transactions import as_column
@@ -72,7 +73,13 @@ def alert_rows(
         F.col("shadow") if "shadow" in emitted.columns else F.lit(False).alias("shadow"),
         F.col("baselineValue") if "baselineValue" in emitted.columns else F.lit(None).alias("baselineValue"),
     )
-    return frame.select(*[F.col(f.name).cast(f.dataType) for f in ALERTS_SCHEMA.fields])
+    return frame.select(*_alert_columns())
+
+
+@per_jvm
+def _alert_columns() -> tuple[Column, ...]:
+    """The alerts table's columns, each cast to its type (built once per JVM: ``column_memo``)."""
+    return tuple(F.col(f.name).cast(f.dataType) for f in ALERTS_SCHEMA.fields)
 
 
 def alert_json(alerts: DataFrame) -> DataFrame:

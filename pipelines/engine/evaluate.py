@@ -38,6 +38,7 @@ from pyspark.sql.types import (
 
 from delta_tables.local_rows import local_frame
 from delta_tables.transaction_types import AGGREGATE_TYPE
+from pipelines.base.column_memo import per_jvm
 from pipelines.engine.lookback import BASELINE_KEYS, NO_BASELINE, POINT_KEYS, range_aggregates
 from pipelines.engine.states import StateSpec
 from pipelines.engine.units import (
@@ -95,10 +96,14 @@ def reach_buckets(window_minutes: int, bucket_seconds: int) -> int:
     return (window_minutes * 60) // bucket_seconds
 
 
+@per_jvm
 def rules_frame(
     spark: SparkSession, states: Sequence[StateSpec], *, bucket_seconds: int, units: DataType = LONG_UNITS
 ) -> DataFrame:
-    """The evaluated (ACTIVE and SHADOW) rules as a small frame (``rules_schema(units)``), one row per rule."""
+    """The evaluated (ACTIVE and SHADOW) rules as a small frame (``rules_schema(units)``), one row per rule.
+
+    Data, not a plan over other frames: the engine's batches with the same rules (``states`` a tuple) share it
+    (``column_memo``)."""
     rows = []
     for state in states:
         for live in state.evaluated_rules:
