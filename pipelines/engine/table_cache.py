@@ -74,6 +74,13 @@ class _Frame:
             self.view = rows.select(*columns)
         return self.view
 
+    def drop(self, rewritten: Column, states: frozenset[str] | None) -> None:
+        """Its rows matching ``rewritten`` (of ``states``, if known) no longer belong to the table: filtered out."""
+        self.kept = ~rewritten if self.kept is None else self.kept & ~rewritten
+        self.view = None  # built again, with the filter, when next asked
+        if states is not None:
+            self.gone |= states
+
     def remaining(self) -> frozenset[str] | None:
         """The states whose rows it still holds for the table (None: not known)."""
         return None if self.held is None else self.held - self.gone
@@ -194,10 +201,7 @@ class TableCache:
         for older in self._frames:
             if rewritten_states is not None and older.held is not None and not older.held & rewritten_states:
                 continue  # none of its states rewritten: no filter (the generated code of its scan stays the same)
-            older.kept = ~rewritten if older.kept is None else older.kept & ~rewritten
-            older.view = None
-            if rewritten_states is not None:
-                older.gone |= rewritten_states
+            older.drop(rewritten, rewritten_states)
         self._replace([f for f in self._frames if not f.dead], self.version)  # the dead ones are released
         self._push(_Frame(frame, WHOLE, rewritten_states))  # the version was checked above: one log listing
 
