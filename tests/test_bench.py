@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import re
 import time
+from collections import Counter
 from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
@@ -24,7 +26,7 @@ from pipelines.bench.per_event import PerEventHandler
 from pipelines.bench.report import Chart, Report, Table, write_report
 from pipelines.bench.scenarios import KIND_SETS, Plan, Results, merge, run_all
 from pipelines.bench.sliding_window import SlidingWindowResult, run_sliding_window
-from pipelines.bench.state_size import StateSize, engine_state_mismatches, steady_state_sizes
+from pipelines.bench.state_size import StateSize, engine_state_mismatches, steady_state_sizes, window_input
 from pipelines.bench.summary import BENCHMARKS_DOC, PROFILE_SECTION, build_report, profile_notes
 from pipelines.bench.workload import Workload, alerting_rule_set, mixed_rule_set, rule_set, transactions, write_batches
 from pipelines.engine.batch_handler import BatchHandler
@@ -237,6 +239,16 @@ def test_steady_state_sizes_count_every_event_and_one_tile_per_minute_hour_and_d
     assert result.whole_rows == result.transactions  # every whole transaction once under its key
     assert result.engine_bytes > 0 and result.per_event_bytes > 0 and result.whole_bytes > 0
     assert not (tmp_path / "s").exists()
+
+
+def test_the_state_size_input_has_random_ids_and_times_in_every_minute_for_every_key(spark: SparkSession) -> None:
+    rows = window_input(spark, keys=3, per_minute=4, window_minutes=5).collect()
+    assert len(rows) == 3 * 4 * 5 and len({r["transactionId"] for r in rows}) == len(rows)
+    assert all(re.fullmatch(r"[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}", r["transactionId"]) for r in rows)
+    start = min(r["eventTimeMs"] for r in rows) // 60_000
+    per_cell = Counter((r["payerId"], r["eventTimeMs"] // 60_000 - start) for r in rows)
+    assert set(per_cell.values()) == {4} and {minute for _, minute in per_cell} == set(range(5))
+    assert len({r["eventTimeMs"] % 60_000 for r in rows}) > len(rows) // 2  # not all on the minute's start
 
 
 def test_merge_keeps_the_later_run_of_a_scenario() -> None:

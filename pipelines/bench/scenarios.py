@@ -10,7 +10,8 @@ Every comparison runs in the same process on the same input. Scenarios (full / `
   today, ...) so that neither gets the warmer JVM; reported as the ratio of their median ``foreachBatch`` times;
 * **baselines + state** — the same bucket-aligned input through the engine, the per-event baseline (alerts must
   be equal) and Spark's sliding windows: throughput, state rows/bytes, alert delay, at 10 and 20 tx/key/min;
-* **state** — state size at steady state (a full window of input): bucket tiles vs per-event rows, by rate and window;
+* **state** — state size at steady state (a full window of input, ids and times like the generator's): bucket tiles
+  vs per-event rows, by rate and window;
 * **floor** (inside throughput) — the cheapest ``foreachBatch`` jobs doing the same I/O on the same files (parse +
   Delta append; + one MERGE of per-key-minute sums): every engine row reports its ratio to the append+MERGE floor;
 * **latency** — continuous at a fixed input rate, over files and Kafka: ingestion -> alerts committed p50/p95/p99,
