@@ -65,6 +65,12 @@ def _cached_rdds(spark: SparkSession) -> set[int]:
     return {int(i.id()) for i in infos if not str(i.name()).startswith("Delta Table State")}
 
 
+def _python_listeners(spark: SparkSession) -> int:
+    """How many Python streaming query listeners the session has (``ReleaseOnTermination`` is one per engine)."""
+    listeners = spark._jsparkSession.streams().listListeners()
+    return sum(1 for listener in listeners if "Python" in listener.getClass().getName())
+
+
 def test_delta_table_source(spark: SparkSession, settings: Settings, tmp_path: Path) -> None:
     records = _records(20)
     source = str(tmp_path / "raw_transactions")
@@ -86,8 +92,11 @@ def test_delta_table_source(spark: SparkSession, settings: Settings, tmp_path: P
     spark.createDataFrame(rows, schema).write.format("delta").save(source)
     fresh_lakehouse(spark, settings)
     put_rules(spark, settings, RULES)
-    cached_before = _cached_rdds(spark)
+    cached_before, listeners_before = _cached_rdds(spark), _python_listeners(spark)
     run_engine(spark, settings, EngineRun(source="delta", input_path=source, once=True), report=lambda line: None)
+    # Before run_engine returned (a CLI process then exits), its listener left the session: no event of the ended
+    # query calls back into a Python process that is exiting.
+    assert _python_listeners(spark) == listeners_before
 
     assert alerts_by_id(spark, settings) == _expected(records)
     # The query has ended: the state and cooldown memory its handler cached are released, nothing of it stays cached.

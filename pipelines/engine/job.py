@@ -112,8 +112,24 @@ def start_engine(
     else:
         writer = writer.trigger(processingTime=f"{settings.engine.trigger_interval_seconds} seconds")
     query = writer.start()
-    ReleaseOnTermination(spark, handler, query).watch()
+    _WATCHERS[query.runId] = ReleaseOnTermination(spark, handler, query).watch()
     return query
+
+
+_WATCHERS: dict[str, ReleaseOnTermination] = {}
+"""The listener of each query ``start_engine`` started, by run id, until ``detach`` takes it off."""
+
+
+def detach(query: StreamingQuery) -> None:
+    """After ``query`` ended: wait for the listener bus to deliver the query's last event to its listener, then
+    release its handler and take the listener off the session before returning.
+
+    For a process about to exit (``run_engine``): the bus delivers events on a thread of its own, after the query has
+    ended, and one still on its way (the last batch's progress) called back into a Python process that had gone; the
+    JVM printed the failure, ~60 lines of ERROR, after every ``fraudlake run --once``."""
+    watcher = _WATCHERS.pop(query.runId, None)
+    if watcher is not None:
+        watcher.close()
 
 
 class ReleaseOnTermination(StreamingQueryListener):
@@ -124,12 +140,22 @@ class ReleaseOnTermination(StreamingQueryListener):
     def __init__(self, spark: SparkSession, handler: BatchHandler, query: StreamingQuery) -> None:
         self._spark, self._handler, self._run_id = spark, handler, query.runId
         self._query, self._lock, self._released = query, threading.Lock(), False
+        self._ended = threading.Event()  # the query's termination event was delivered (or went by before we listened)
 
-    def watch(self) -> None:
+    def watch(self) -> ReleaseOnTermination:
         """Listen for the query's end; a query that has already ended is released at once."""
         self._spark.streams.addListener(self)
         if not self._query.isActive:  # ended before the listener was added: its event went by
+            self._ended.set()
             self._release()
+        return self
+
+    def close(self, *, wait_seconds: float = 10.0) -> None:
+        """Once the bus has delivered the query's last event to this listener (events arrive in order, the
+        termination last; at most ``wait_seconds``): release, and remove the listener on the caller's thread."""
+        self._ended.wait(wait_seconds)
+        self._release(remove=False)
+        self._spark.streams.removeListener(self)
 
     def onQueryStarted(self, event: QueryStartedEvent) -> None:
         pass
@@ -142,16 +168,17 @@ class ReleaseOnTermination(StreamingQueryListener):
 
     def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
         if str(event.runId) == self._run_id:
+            self._ended.set()
             self._release()
 
-    def _release(self) -> None:
+    def _release(self, *, remove: bool = True) -> None:
         with self._lock:
             if self._released:
                 return
             self._released = True
         self._handler.release()
-        # Not from the listener bus's own callback: the removal runs on a thread of its own.
-        threading.Thread(target=self._spark.streams.removeListener, args=(self,), daemon=True).start()
+        if remove:  # not from the listener bus's own callback: the removal runs on a thread of its own
+            threading.Thread(target=self._spark.streams.removeListener, args=(self,), daemon=True).start()
 
 
 @contextmanager
@@ -250,4 +277,8 @@ def run_engine(
             f"({'until caught up' if run.once else 'continuous'}; checkpoint {run.checkpoint_path(settings)})",
             flush=True,
         )
-        supervise(query, stop, report=lambda line: print(line, flush=True))
+        try:
+            supervise(query, stop, report=lambda line: print(line, flush=True))
+        finally:
+            if not query.isActive:
+                detach(query)
