@@ -7,6 +7,11 @@ JAVA_HOME ?= $(firstword $(wildcard /usr/lib/jvm/java-17-openjdk-amd64 /usr/lib/
 export JAVA_HOME
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON := $(CURDIR)/.venv/bin/python
+# Python's bytecode cache, written and read under .work/pycache: uv installs no .pyc files, and where the environment
+# sets PYTHONDONTWRITEBYTECODE (this machine does) every Python process compiled each module it imports from source
+# again: a pytest worker's collection 21.4 -> 7.6 s, a `fraudlake run` process's imports 3.5-4.0 -> 1.0 s.
+unexport PYTHONDONTWRITEBYTECODE
+export PYTHONPYCACHEPREFIX := $(CURDIR)/.work/pycache
 
 VENV := .venv
 BIN := $(VENV)/bin
