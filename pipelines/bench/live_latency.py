@@ -1,7 +1,7 @@
 """The continuous engine fed at a fixed rate: ingestion -> alerts committed, per transaction, p50/p95/p99.
 
 What a user of a fraud system sees: how long after a payment arrives its alert (or its evaluation) is committed.
-A feeder thread sends the workload at a fixed wall-clock rate, event time = the moment of sending, either
+A feeder process sends the workload at a fixed wall-clock rate, event time = the moment of sending, either
 
 * as landing files (``files``): a file every ``every_seconds``; ingestion time = the file's modification time
   (written atomically, so it is the moment the engine could first see it), or
@@ -12,6 +12,11 @@ transaction's latency is its micro-batch's alerts commit (``batch_log.metrics.co
 alerts append committed, or the end of the batch's writes when it had none) minus its ingestion time. Percentiles
 are over every transaction fed, the first micro-batch of the run included; the engine may be warm from an earlier
 run in the same process (``make demo`` runs its backlog first, and says so).
+
+The feeder is a process of its own, as a payment system's producers are: a thread of the driver's Python process
+(until 2026-12-02) competed for its interpreter lock with the engine's thread, whose ~4,000 py4j round trips a
+batch each wait for that lock after their socket read, and kafka-python's producer keeps a thread busy (docs
+/engine.md, Latency).
 
 Where the time goes: per transaction, *wait* = its micro-batch's trigger start (the query progress' ``timestamp``)
 - its ingestion, *work* = the alerts commit - that trigger start; per batch, the medians of the query progress'
@@ -32,14 +37,14 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import multiprocessing
 import statistics
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -52,6 +57,14 @@ from pipelines.engine.latency import COMMITTED_AT
 from pipelines.generator.sinks import KafkaSink
 
 LiveSource = Literal["files", "kafka"]
+
+
+class StopEvent(Protocol):
+    """What a feeder needs of its stop signal: a ``threading.Event`` or a ``multiprocessing`` one."""
+
+    def wait(self, timeout: float | None = None) -> bool: ...
+
+
 BURST_FACTOR = 100
 """A burst's amounts: every tenth transaction of the span at this many times its amount."""
 BURST_PAYER_BASE = 3_000_000_000
@@ -130,24 +143,35 @@ def feed_and_drain(
     """Feed ``feed`` to the running ``query``'s source (landing files, or records to the transactions topic; ``landing``
     / ``topic`` override them) from a thread, wait until every fed record is in a committed micro-batch, stop the
     query, and return its progress (one dict per micro-batch). A failed query raises."""
-    stop = threading.Event()
-    feeder = threading.Thread(
-        target=feed_files if source == "files" else feed_kafka,
-        args=(settings, feed, stop),
-        kwargs={"landing": landing} if source == "files" else {"topic": topic},
-        name="fraudlake-live-feeder",
-        daemon=True,
+    context = multiprocessing.get_context("spawn")  # no copy of the driver's threads and JVM connection
+    stop = context.Event()
+    spans: Any = context.SimpleQueue()
+    kwargs = {"landing": landing} if source == "files" else {"topic": topic}
+    feeder = context.Process(
+        target=_feed, args=(source, settings, feed, stop, spans, kwargs), name="fraudlake-live-feeder", daemon=True
     )
     try:
         feeder.start()
         feeder.join(timeout=seconds * 3 + 60)
+        if feeder.exitcode != 0:
+            raise RuntimeError(f"the live feeder ended with exit code {feeder.exitcode}")
+        feed.burst_ms = spans.get()
         query.processAllAvailable()  # every fed transaction is in a committed micro-batch
         if query.exception() is not None:
             raise RuntimeError(f"the {query.name} query failed during the live run: {query.exception()}")
         return [json.loads(p.json) for p in query.recentProgress]
     finally:
         stop.set()
+        feeder.join(timeout=30)
         query.stop()
+
+
+def _feed(
+    source: LiveSource, settings: Settings, feed: Feed, stop: StopEvent, spans: Any, kwargs: dict[str, Any]
+) -> None:
+    """The feeder process: the feed to its source, then its burst's span back to the parent."""
+    (feed_files if source == "files" else feed_kafka)(settings, feed, stop, **kwargs)
+    spans.put(feed.burst_ms)
 
 
 def measure(
@@ -306,7 +330,7 @@ class Feed:
         workload = Workload(count=int(rate * seconds), keys=keys, rate_per_second=rate, first_id=first_id())
         return cls(workload, every_seconds, burst)
 
-    def chunks(self, stop: threading.Event) -> Iterator[list[dict[str, Any]]]:
+    def chunks(self, stop: StopEvent) -> Iterator[list[dict[str, Any]]]:
         """Each chunk's records at its due time (event time = now, ids following on), until ``stop``."""
         begin, next_id = time.time(), self.workload.first_id
         for index, count in enumerate(self.sizes):
@@ -330,7 +354,7 @@ class Feed:
             yield records
 
 
-def feed_files(settings: Settings, feed: Feed, stop: threading.Event, *, landing: str | None = None) -> None:
+def feed_files(settings: Settings, feed: Feed, stop: StopEvent, *, landing: str | None = None) -> None:
     """The feed as landing files (default: the lakehouse's landing folder), one per chunk, at their due times."""
     folder = Path(landing or settings.landing_path("transactions"))
     for index, records in enumerate(feed.chunks(stop)):
@@ -339,7 +363,7 @@ def feed_files(settings: Settings, feed: Feed, stop: threading.Event, *, landing
         )
 
 
-def feed_kafka(settings: Settings, feed: Feed, stop: threading.Event, *, topic: str | None = None) -> None:
+def feed_kafka(settings: Settings, feed: Feed, stop: StopEvent, *, topic: str | None = None) -> None:
     """The feed as records to the transactions topic (or ``topic``), each chunk flushed at its due time."""
     sink = KafkaSink(settings, topic)
     try:
