@@ -112,12 +112,12 @@ def start_engine(
     else:
         writer = writer.trigger(processingTime=f"{settings.engine.trigger_interval_seconds} seconds")
     query = writer.start()
-    _WATCHERS[query.runId] = ReleaseOnTermination(spark, handler, query).watch()
+    ReleaseOnTermination(spark, handler, query).watch()
     return query
 
 
 _WATCHERS: dict[str, ReleaseOnTermination] = {}
-"""The listener of each query ``start_engine`` started, by run id, until ``detach`` takes it off."""
+"""The listener of each query ``start_engine`` started, by run id, while it is on the session."""
 
 
 def detach(query: StreamingQuery) -> None:
@@ -142,20 +142,24 @@ class ReleaseOnTermination(StreamingQueryListener):
         self._query, self._lock, self._released = query, threading.Lock(), False
         self._ended = threading.Event()  # the query's termination event was delivered (or went by before we listened)
 
-    def watch(self) -> ReleaseOnTermination:
+    def watch(self) -> None:
         """Listen for the query's end; a query that has already ended is released at once."""
+        _WATCHERS[self._run_id] = self
         self._spark.streams.addListener(self)
         if not self._query.isActive:  # ended before the listener was added: its event went by
             self._ended.set()
             self._release()
-        return self
 
     def close(self, *, wait_seconds: float = 10.0) -> None:
         """Once the bus has delivered the query's last event to this listener (events arrive in order, the
         termination last; at most ``wait_seconds``): release, and remove the listener on the caller's thread."""
         self._ended.wait(wait_seconds)
         self._release(remove=False)
+        self._remove()
+
+    def _remove(self) -> None:
         self._spark.streams.removeListener(self)
+        _WATCHERS.pop(self._run_id, None)
 
     def onQueryStarted(self, event: QueryStartedEvent) -> None:
         pass
@@ -178,7 +182,7 @@ class ReleaseOnTermination(StreamingQueryListener):
             self._released = True
         self._handler.release()
         if remove:  # not from the listener bus's own callback: the removal runs on a thread of its own
-            threading.Thread(target=self._spark.streams.removeListener, args=(self,), daemon=True).start()
+            threading.Thread(target=self._remove, daemon=True).start()
 
 
 @contextmanager
