@@ -141,8 +141,8 @@ def feed_and_drain(
     topic: str | None = None,
 ) -> list[dict[str, Any]]:
     """Feed ``feed`` to the running ``query``'s source (landing files, or records to the transactions topic; ``landing``
-    / ``topic`` override them) from a thread, wait until every fed record is in a committed micro-batch, stop the
-    query, and return its progress (one dict per micro-batch). A failed query raises."""
+    / ``topic`` override them) from a process of its own, wait until every fed record is in a committed micro-batch,
+    stop the query, and return its progress (one dict per micro-batch). A failed query or feeder raises."""
     context = multiprocessing.get_context("spawn")  # no copy of the driver's threads and JVM connection
     stop = context.Event()
     spans: Any = context.SimpleQueue()
@@ -153,8 +153,10 @@ def feed_and_drain(
     try:
         feeder.start()
         feeder.join(timeout=seconds * 3 + 60)
+        if feeder.is_alive():
+            raise RuntimeError(f"the live feeder was still feeding {seconds * 3 + 60:.0f} s after its start")
         if feeder.exitcode != 0:
-            raise RuntimeError(f"the live feeder ended with exit code {feeder.exitcode}")
+            raise RuntimeError(f"the live feeder failed (exit code {feeder.exitcode}; its error is above)")
         feed.burst_ms = spans.get()
         query.processAllAvailable()  # every fed transaction is in a committed micro-batch
         if query.exception() is not None:
