@@ -6,9 +6,10 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import SUITE_KNOBS, _isolated_environment
+from conftest import SUITE_KNOBS, WORKER_SPARK_CONF, _isolated_environment
+from pyspark.sql import SparkSession
 
-from pipelines.base.settings import load_settings
+from pipelines.base.settings import Settings, load_settings
 
 
 def test_no_fraudlake_variable_of_the_caller_reaches_a_test() -> None:
@@ -32,3 +33,10 @@ def test_the_isolation_removes_what_a_caller_sets(monkeypatch: pytest.MonkeyPatc
     }
     assert 'JAVA_VERSION="17' in Path(str(changes["JAVA_HOME"]), "release").read_text()
     assert os.environ["JAVA_HOME"] == str(tmp_path)  # computing the changes changes nothing
+
+
+def test_only_the_workers_own_session_runs_interpreted(spark: SparkSession, base_settings: Settings) -> None:
+    """The worker's session has the suite's confs; the settings that subprocesses and conf files get do not, so
+    every Spark subprocess runs production's code generation."""
+    assert {key: spark.conf.get(key) for key in WORKER_SPARK_CONF} == WORKER_SPARK_CONF
+    assert not set(WORKER_SPARK_CONF) & set(base_settings.spark.extra_conf)
