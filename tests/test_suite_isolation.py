@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import SUITE_KNOBS, WORKER_SPARK_CONF, _isolated_environment
+from conftest import SUITE_KNOBS, _isolated_environment, _worker_spark_conf
 from pyspark.sql import SparkSession
 
 from pipelines.base.settings import Settings, load_settings
@@ -38,5 +38,6 @@ def test_the_isolation_removes_what_a_caller_sets(monkeypatch: pytest.MonkeyPatc
 def test_only_the_workers_own_session_runs_interpreted(spark: SparkSession, base_settings: Settings) -> None:
     """The worker's session has the suite's confs; the settings that subprocesses and conf files get do not, so
     every Spark subprocess runs production's code generation."""
-    assert {key: spark.conf.get(key) for key in WORKER_SPARK_CONF} == WORKER_SPARK_CONF
-    assert not set(WORKER_SPARK_CONF) & set(base_settings.spark.extra_conf)
+    conf = _worker_spark_conf()  # WORKER_SPARK_CONF, or what FRAUDLAKE_TEST_WORKER_SPARK_CONF puts in its place
+    assert {key: spark.conf.get(key) for key in conf} == conf
+    assert not set(conf) & set(base_settings.spark.extra_conf)
