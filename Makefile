@@ -62,10 +62,9 @@ bench-targets: setup ## every target of docs/benchmarks.md in one run: engine vs
 dq: setup ## data-quality suites on the lakehouse; report in <lakehouse>/_reports/dq.md, exit 1 on a failure
 	@$(BIN)/fraudlake dq
 
-dq-ci: setup ## CI: the pipeline end to end on generated data (fraudlake demo), then fraudlake dq on its lakehouse
+dq-ci: setup ## CI: the pipeline end to end on generated data (fraudlake demo), then the dq suites on its lakehouse
 	@rm -rf .work/ci-lakehouse
-	@$(BIN)/fraudlake demo --lakehouse .work/ci-lakehouse --live-seconds 8
-	@$(BIN)/fraudlake dq --lakehouse .work/ci-lakehouse
+	@$(BIN)/fraudlake demo --lakehouse .work/ci-lakehouse --live-seconds 8 --dq
 
 .PHONY: contract-long
 contract-long: setup ## randomized engine contract runs from a random base seed (CONTRACT_EXAMPLES, default 60)

@@ -5,7 +5,9 @@ Sets up a lakehouse (by default a fresh ``<work_dir>/demo-lakehouse``), loads th
 fraud patterns into the landing folder, runs the engine until it has caught up (``fraudlake run --once``) and
 prints a summary: rules, transactions, alerts per rule, latency percentiles. Then a live phase: the engine runs
 continuously while transactions arrive at a fixed rate, and the demo prints what a user would see — ingestion
-to alerts committed, p50/p95/p99 over every live transaction (``pipelines.bench.live_latency``).
+to alerts committed, p50/p95/p99 over every live transaction (``pipelines.bench.live_latency``). With ``--dq``,
+last, the data-quality suites on the demo's lakehouse, as ``fraudlake dq`` runs them but in the demo's warm
+session (``make dq-ci``: cold, ``fraudlake dq`` alone spends ~40 s on its JVM start and first queries; warm ~10 s).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from delta_tables.catalog import init_lakehouse
 from pipelines.base.settings import LAKEHOUSE_ENV, REPO_ROOT, Settings
 from pipelines.bench.live_latency import format_live, run_live
 from pipelines.commands.context import settings_from, spark_from
+from pipelines.commands.dq_cmd import validate_and_report
 from pipelines.engine.job import EngineRun, run_engine
 from pipelines.engine.run_summary import engine_summary, format_summary
 from pipelines.generator.landing import generate_landing
@@ -41,6 +44,11 @@ def register(subparsers: Any, parent: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--live-rate", type=float, default=500, help="live phase: transactions/s (default 500)")
     parser.add_argument("--live-seconds", type=float, default=20, help="live phase: seconds of input (0: none)")
+    parser.add_argument(
+        "--dq",
+        action="store_true",
+        help="then validate the lakehouse as `fraudlake dq` does, in this session; exit 1 on a failure",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -82,8 +90,11 @@ def run(args: argparse.Namespace) -> int:
             "demo: live latency = each transaction's landing-file time -> its micro-batch's alerts commit, over"
             " every live transaction (the first live micro-batch included; the JVM is warm from the backlog)"
         )
+    status = 0
+    if args.dq:
+        status = validate_and_report(spark, settings)
     print(f"demo: done in {time.monotonic() - started:.0f}s")
-    return 0
+    return status
 
 
 def _env_lakehouse() -> bool:
