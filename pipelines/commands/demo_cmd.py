@@ -7,7 +7,7 @@ prints a summary: rules, transactions, alerts per rule, latency percentiles. The
 continuously while transactions arrive at a fixed rate, and the demo prints what a user would see — ingestion
 to alerts committed, p50/p95/p99 over every live transaction (``pipelines.bench.live_latency``). With ``--dq``,
 last, the data-quality suites on the demo's lakehouse, as ``fraudlake dq`` runs them but in the demo's warm
-session (``make dq-ci``: cold, ``fraudlake dq`` alone spends ~40 s on its JVM start and first queries; warm ~10 s).
+session (``make dq-ci``): ``fraudlake dq`` in a JVM of its own took ~40 s, in the demo's ~18 s.
 """
 
 from __future__ import annotations
