@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import time
 import uuid
 from decimal import Decimal
 from pathlib import Path
@@ -19,6 +20,7 @@ from pyspark.sql import functions as F
 from reference_evaluator import RefBatch, evaluate
 
 from pipelines.base.settings import Settings
+from pipelines.engine.batch_handler import BatchHandler
 from pipelines.engine.job import EngineRun, run_engine
 from pipelines.engine.keys import encode_key
 from pipelines.local.kafka_broker import KafkaBroker
@@ -71,7 +73,9 @@ def _python_listeners(spark: SparkSession) -> int:
     return sum(1 for listener in listeners if "Python" in listener.getClass().getName())
 
 
-def test_delta_table_source(spark: SparkSession, settings: Settings, tmp_path: Path) -> None:
+def test_delta_table_source(
+    spark: SparkSession, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     records = _records(20)
     source = str(tmp_path / "raw_transactions")
     rows = [
@@ -93,10 +97,21 @@ def test_delta_table_source(spark: SparkSession, settings: Settings, tmp_path: P
     fresh_lakehouse(spark, settings)
     put_rules(spark, settings, RULES)
     cached_before, listeners_before = _cached_rdds(spark), _python_listeners(spark)
+    released: list[float] = []
+    release = BatchHandler.release
+
+    def slow_release(handler: BatchHandler) -> None:  # as slow as unpersisting a large state
+        time.sleep(1.5)
+        release(handler)
+        released.append(time.monotonic())
+
+    monkeypatch.setattr(BatchHandler, "release", slow_release)
     run_engine(spark, settings, EngineRun(source="delta", input_path=source, once=True), report=lambda line: None)
-    # Before run_engine returned (a CLI process then exits), its listener left the session: no event of the ended
-    # query calls back into a Python process that is exiting.
+    returned = time.monotonic()
+    # Before run_engine returned (a CLI process then exits), its listener left the session and its callback had
+    # finished releasing the handler: no call from the JVM into a Python process that is exiting.
     assert _python_listeners(spark) == listeners_before
+    assert len(released) == 1 and released[0] <= returned
 
     assert alerts_by_id(spark, settings) == _expected(records)
     # The query has ended: the state and cooldown memory its handler cached are released, nothing of it stays cached.

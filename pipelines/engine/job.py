@@ -147,12 +147,13 @@ class ReleaseOnTermination(StreamingQueryListener):
         _WATCHERS[self._run_id] = self
         self._spark.streams.addListener(self)
         if not self._query.isActive:  # ended before the listener was added: its event went by
-            self._ended.set()
             self._release()
+            self._ended.set()
 
     def close(self, *, wait_seconds: float = 10.0) -> None:
         """Once the bus has delivered the query's last event to this listener (events arrive in order, the
-        termination last; at most ``wait_seconds``): release, and remove the listener on the caller's thread."""
+        termination last; at most ``wait_seconds``) and the listener has released the handler's caches: release
+        (if it had not), and remove the listener on the caller's thread."""
         self._ended.wait(wait_seconds)
         self._release(remove=False)
         self._remove()
@@ -172,8 +173,11 @@ class ReleaseOnTermination(StreamingQueryListener):
 
     def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
         if str(event.runId) == self._run_id:
-            self._ended.set()
+            # Released first, then ``close`` woken: signalled first, ``close`` returned while this callback was still
+            # unpersisting the caches, a process exiting then cut the JVM's call off mid-way, and Spark logged the
+            # listener's failure (~60 lines of ERROR after a second ``run_engine`` in one process).
             self._release()
+            self._ended.set()
 
     def _release(self, *, remove: bool = True) -> None:
         with self._lock:
