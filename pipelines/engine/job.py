@@ -147,13 +147,15 @@ class ReleaseOnTermination(StreamingQueryListener):
         _WATCHERS[self._run_id] = self
         self._spark.streams.addListener(self)
         if not self._query.isActive:  # ended before the listener was added: its event went by
-            self._release()
-            self._ended.set()
+            try:
+                self._release()
+            finally:
+                self._ended.set()
 
     def close(self, *, wait_seconds: float = 10.0) -> None:
         """Once the bus has delivered the query's last event to this listener (events arrive in order, the
-        termination last; at most ``wait_seconds``) and the listener has released the handler's caches: release
-        (if it had not), and remove the listener on the caller's thread."""
+        termination last; at most ``wait_seconds``): release (if the listener had not; if it is releasing, once it is
+        done), and remove the listener on the caller's thread."""
         self._ended.wait(wait_seconds)
         self._release(remove=False)
         self._remove()
@@ -173,18 +175,22 @@ class ReleaseOnTermination(StreamingQueryListener):
 
     def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
         if str(event.runId) == self._run_id:
-            # Released first, then ``close`` woken: signalled first, ``close`` returned while this callback was still
-            # unpersisting the caches, a process exiting then cut the JVM's call off mid-way, and Spark logged the
-            # listener's failure (~60 lines of ERROR after a second ``run_engine`` in one process).
-            self._release()
-            self._ended.set()
+            try:
+                self._release()
+            finally:  # ``close`` woken even if the release failed (Spark logs a listener's exception)
+                self._ended.set()
 
     def _release(self, *, remove: bool = True) -> None:
+        """Release the handler once; a caller that comes while another thread releases returns when it is done.
+
+        The lock is held through the release: ``close`` once returned while the listener's callback was still
+        unpersisting the caches, a process exiting then cut the JVM's call into Python off mid-way, and Spark logged
+        the listener's failure (~60 lines of ERROR after a second ``run_engine`` in one process)."""
         with self._lock:
             if self._released:
                 return
             self._released = True
-        self._handler.release()
+            self._handler.release()
         if remove:  # not from the listener bus's own callback: the removal runs on a thread of its own
             threading.Thread(target=self._remove, daemon=True).start()
 
