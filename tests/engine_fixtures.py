@@ -106,7 +106,9 @@ def independent_tiles(
     records: Sequence[Mapping[str, Any]], rules: Sequence[Rule], *, bucket_seconds: int = 60
 ) -> set[tuple[Any, ...]]:
     """The bucket state the engine should hold for these transactions, computed in plain Python (not with the
-    engine's code): per state of ``rules``, key and tile at each level, (sum, count, valueCount, min, max)."""
+    engine's code): per state of ``rules``, key and tile at each level its widest window can read, (sum, count,
+    valueCount, min, max). A level's tiles are kept when that window is longer than one of them (docs/engine.md:
+    a state of windows up to an hour keeps its buckets only)."""
     from reference_evaluator import filter_passes, key_of  # tests/ is on sys.path under pytest
 
     from pipelines.engine.keys import encode_key
@@ -115,6 +117,7 @@ def independent_tiles(
     bucket_ms = bucket_seconds * 1000
     tiles: dict[tuple[Any, ...], list[Any]] = {}
     states = {rule.state_id: rule for rule in rules}
+    widest = {sid: max(r.history_minutes for r in rules if r.state_id == sid) * 60 // bucket_seconds for sid in states}
     for state_id, rule in states.items():
         field = None if rule.aggregate_field_name == COUNT_FIELD else rule.aggregate_field_name
         for record in records:
@@ -124,6 +127,8 @@ def independent_tiles(
             value = None if raw is None else Decimal(str(raw))
             bucket = record["eventTime"] // bucket_ms
             for level, size in enumerate(TILE_LEVEL_SIZES):
+                if level > 0 and widest[state_id] <= size:
+                    break
                 key = (state_id, encode_key(key_of(record, rule)), level, bucket // size * size * bucket_ms)
                 agg = tiles.setdefault(key, [None, 0, 0, None, None])
                 agg[1] += 1

@@ -81,7 +81,7 @@ def test_per_event_baseline_alerts_equal_the_engine_on_bucket_aligned_data(
     assert alerts_by_id(spark, settings) == expected
     # The state the engine built batch by batch is tiles() of every event: what state_size builds in one go; and
     # both are the tiles computed in plain Python.
-    assert engine_state_mismatches(spark, settings.table_path("bucket_state"), per_event.events_path) == 0
+    assert engine_state_mismatches(spark, settings.table_path("bucket_state"), per_event.events_path, rules) == 0
     assert folded_state(spark, settings) == independent_tiles([r for b in _batches() for r in b], rules)
     assert sum(per_event.batch_rows) == 36 + sum(1 for b in _batches() for r in b if r["paymentType"] == "CRD")
 
@@ -230,12 +230,12 @@ def test_profile_notes_are_the_docs_prose_carried_into_the_report_unchanged(tmp_
     assert PROFILE_SECTION not in (tmp_path / "n.md").read_text()
 
 
-def test_steady_state_sizes_count_every_event_and_one_tile_per_minute_hour_and_day(
+def test_steady_state_sizes_count_every_event_and_one_tile_per_minute_of_a_short_window(
     spark: SparkSession, tmp_path: Path
 ) -> None:
     result = steady_state_sizes(spark, keys=2, per_minute=3, window_minutes=5, folder=tmp_path / "s")
     assert result.transactions == result.per_event_rows == 2 * 3 * 5  # one state, no filter: every transaction
-    assert result.engine_rows == 2 * (5 + 1 + 1)  # per key: 5 minute tiles, 1 hour tile, 1 day tile
+    assert result.engine_rows == 2 * 5  # per key: 5 minute tiles (a window of 5 minutes reads no hour or day tile)
     assert result.whole_rows == result.transactions  # every whole transaction once under its key
     assert result.engine_bytes > 0 and result.per_event_bytes > 0 and result.whole_bytes > 0
     assert not (tmp_path / "s").exists()

@@ -46,8 +46,9 @@ VOLATILE = {
 
 RULES: list[Rule] = [
     make_rule(1, aggregatorFunctionType="COUNT", limit=3, windowMinutes=2, cooldownMinutes=1),
-    make_rule(2, groupingKeyNames=["beneficiaryId"], limit=2000, windowMinutes=30),
-    make_rule(3, groupingKeyNames=[], aggregatorFunctionType="MAX", limit=5000, windowMinutes=5),
+    # windows of minutes, 90 minutes and two days: states with buckets only, with hours, with days (top_level)
+    make_rule(2, groupingKeyNames=["beneficiaryId"], limit=2000, windowMinutes=90),
+    make_rule(3, groupingKeyNames=[], aggregatorFunctionType="MAX", limit=5000, windowMinutes=2880),
 ]
 
 

@@ -11,7 +11,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from pipelines.base.settings import Settings
-from pipelines.engine.buckets import LEVEL_FANOUT, LEVEL_SIZES, TOP_LEVEL, tiles
+from pipelines.engine.buckets import LEVEL_FANOUT, LEVEL_SIZES, TOP_LEVEL, tiles, top_level
 from pipelines.engine.cooldown import apply_cooldown
 from pipelines.engine.evaluate import running_in_bucket
 from pipelines.engine.keys import encode_key, key_column
@@ -79,7 +79,8 @@ def _covered(probe: dict[str, int]) -> set[int]:
 
 def test_probes_cover_each_lookback_bucket_exactly_once_with_a_bounded_count(spark: SparkSession) -> None:
     rng = random.Random(3)
-    reaches = [0, 1, 59, 60, 61, 1439, 1440, 1441, 10_080, 43_200] + [rng.randrange(43_200) for _ in range(30)]
+    reaches = [0, 1, 59, 60, 61, 62, 1439, 1440, 1441, 1561, 1562, 10_080, 43_200]
+    reaches += [rng.randrange(43_200) for _ in range(30)]
     points = [(b, r) for r in reaches for b in (rng.randrange(-5000, 5000), 28_333_333 + rng.randrange(2880))]
     frame = spark.createDataFrame(
         [("s", "[]", b, r) for b, r in points], "stateId string, keyValue string, bucket long, reach long"
@@ -95,9 +96,13 @@ def test_probes_cover_each_lookback_bucket_exactly_once_with_a_bounded_count(spa
         assert sum(len(c) for c in covered) == len(set().union(*covered)) == reach  # disjoint, complete
         assert set().union(*covered) == set(range(bucket - reach, bucket))
         assert [(_covered(p), p["level"]) for p in items if p["priorOnly"]] == [({bucket}, 0)]
+        # a state keeps tiles up to top_level of its widest reach: no probe reads a coarser one
+        assert max(p["level"] for p in items) <= top_level(reach), (bucket, reach)
         # tiles touched: at most 60 + 60 buckets, 24 + 24 hours, and the days strictly inside
         touched = sum(p["hi"] - p["lo"] + 1 if p["level"] == TOP_LEVEL else 0 for p in shared)
         assert touched <= reach // LEVEL_SIZES[TOP_LEVEL] + 1
+    # an hour's window (60 one-minute buckets) keeps its buckets only; longer ones add hours, then days
+    assert [top_level(r) for r in (0, 60, 61, 1440, 1441, 10_080)] == [0, 0, 1, 1, 2, 2]
 
 
 def test_a_week_costs_about_what_an_hour_does(spark: SparkSession) -> None:

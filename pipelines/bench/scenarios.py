@@ -63,7 +63,7 @@ from pipelines.bench.workload import (
     transactions,
     write_batches,
 )
-from pipelines.engine.buckets import tiles
+from pipelines.engine.buckets import state_top_level, tiles
 from pipelines.engine.sources import read_files
 from pipelines.engine.states import LiveRule, states_of
 from pipelines.local.kafka_broker import KafkaBroker
@@ -313,13 +313,15 @@ class Runner:
         run_backlog(self.spark, settings, seed, checkpoint=str(folder / "seed-checkpoint"))
         first = START_MS // 60_000 - plan.history_days * DAY_MINUTES
         per_key = plan.history_days * DAY_MINUTES // plan.history_every_minutes
-        states = [s.state_id for s in states_of([LiveRule(r, None) for r in rules])]
+        # each state's levels as the engine keeps them (buckets.top_level)
+        states = [(s.state_id, state_top_level(s, 60_000)) for s in states_of([LiveRule(r, None) for r in rules])]
         tagged = (
             self.spark.range(plan.history_keys)
             .crossJoin(self.spark.range(per_key).withColumnRenamed("id", "j"))
-            .crossJoin(self.spark.createDataFrame([(s,) for s in states], "stateId string"))
+            .crossJoin(self.spark.createDataFrame(states, "stateId string, topLevel int"))
             .select(
                 "stateId",
+                "topLevel",
                 F.concat(F.lit("["), (F.col("id") + 1_000_000).cast("string"), F.lit("]")).alias("keyValue"),
                 (F.lit(first) + F.col("j") * plan.history_every_minutes).alias("bucket"),
                 F.lit(Decimal("12.50")).cast("decimal(38,6)").alias("value"),
@@ -399,7 +401,7 @@ class Runner:
             per_event_wall = time.monotonic() - started
             events_rows, events_bytes = table_size(self.spark, per_event.events_path)
             state_mismatched = engine_state_mismatches(
-                self.spark, settings.table_path("bucket_state"), per_event.events_path
+                self.spark, settings.table_path("bucket_state"), per_event.events_path, rule_list
             )
             ours_alerts = self.spark.read.format("delta").load(settings.table_path("alerts"))
             theirs = per_event.alerts(self.spark)

@@ -26,18 +26,22 @@ Example::
 from __future__ import annotations
 
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
 from delta_tables.bucket_state import TILE_COLUMNS, fold_tiles
+from delta_tables.local_rows import local_frame
 from pipelines.bench.engine_runs import table_size
 from pipelines.bench.per_event import EVENTS_SCHEMA
 from pipelines.bench.workload import BENEFICIARIES, BENEFICIARY_BASE, PAYER_BASE, PAYMENT_TYPES, START_MS, rule_set
-from pipelines.engine.buckets import bucket_index, tag_rows, tiles
+from pipelines.engine.buckets import bucket_index, state_top_level, tag_rows, tiles
 from pipelines.engine.states import LiveRule, states_of
+from rules_cdc.rule_model import Rule
 
 BUCKET_MS = 60_000
 UUID_PARTS = ((1, 8), (9, 4), (13, 4), (17, 4), (21, 12))
@@ -144,10 +148,17 @@ def steady_state_sizes(
     )
 
 
-def engine_state_mismatches(spark: SparkSession, bucket_state_path: str, events_path: str) -> int:
+def engine_state_mismatches(
+    spark: SparkSession, bucket_state_path: str, events_path: str, rules: Sequence[Rule]
+) -> int:
     """Rows that differ between the engine's bucket state and ``tiles`` of the per-event baseline's events (the
-    same input): 0 when the state the engine built batch by batch is the one ``steady_state_sizes`` builds."""
-    events = spark.read.format("delta").load(events_path)
+    same input, each state's levels those of ``rules``: ``buckets.top_level``): 0 when the state the engine built
+    batch by batch is the one ``steady_state_sizes`` builds."""
+    levels = [(s.state_id, state_top_level(s, BUCKET_MS)) for s in states_of([LiveRule(r, None) for r in rules])]
+    top = local_frame(
+        spark, levels, StructType([StructField("stateId", StringType()), StructField("topLevel", IntegerType())])
+    )
+    events = spark.read.format("delta").load(events_path).join(F.broadcast(top), "stateId")
     expected = tiles(events.withColumn("bucket", bucket_index(F.col("eventTimeMs"), BUCKET_MS)), bucket_ms=BUCKET_MS)
     actual = fold_tiles(spark.read.format("delta").load(bucket_state_path)).select(*TILE_COLUMNS)
     return actual.exceptAll(expected).count() + expected.exceptAll(actual).count()

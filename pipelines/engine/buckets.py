@@ -3,8 +3,9 @@
 ``tag_rows`` turns each transaction into one row per state whose filter it passes (``stateId``, ``keyValue``,
 ``bucket`` index, ``value`` of the aggregate field as decimal(38,6), null for the COUNT pseudo-field or a null
 field). ``tiles`` pre-aggregates such rows into level-0 tiles (the buckets, ``bucket_seconds`` wide), level-1
-tiles (``LEVEL_SIZES[1]`` = 60 buckets: an hour with one-minute buckets) and level-2 tiles (1440 buckets: a day);
-each tile holds sum, count, valueCount, min, max (decimal(38,6) and longs: exact).
+tiles (``LEVEL_SIZES[1]`` = 60 buckets: an hour with one-minute buckets) and level-2 tiles (1440 buckets: a day),
+each state up to the level its widest window can read (``top_level``); each tile holds sum, count, valueCount,
+min, max (decimal(38,6) and longs: exact).
 
 Example::
 
@@ -36,6 +37,23 @@ LEVEL_SIZES = (1, 60, 1440)
 TOP_LEVEL = len(LEVEL_SIZES) - 1
 
 
+def top_level(reach: int) -> int:
+    """The coarsest level a lookback of ``reach`` buckets can probe, and so the coarsest a state keeps tiles at.
+
+    A probe of level ``L >= 1`` reads whole level-``L`` tiles strictly inside the range (``lookback.probes``), so
+    only a range longer than one level-``L`` tile has one: ``reach > LEVEL_SIZES[L]`` (the exact bound is a little
+    higher: 62 buckets for an hour, 1,562 for a day). A state whose widest window is an hour or less keeps its
+    buckets only, a third of the rows; a state widened past a level is rebuilt from bronze (``states.plan_states``),
+    which writes the new level's tiles for the whole window.
+    """
+    return max(level for level, size in enumerate(LEVEL_SIZES) if level == 0 or reach > size)
+
+
+def state_top_level(state: StateSpec, bucket_ms: int) -> int:
+    """``top_level`` of the state's widest window (or baseline window) in buckets."""
+    return top_level(state.window_minutes * 60_000 // bucket_ms)
+
+
 def floor_div(value: Column, divisor: int | Column) -> Column:
     """``floor(value / divisor)`` as a long, exact for negative values too (epoch ms fit a double exactly).
 
@@ -51,7 +69,7 @@ def bucket_index(event_time_ms: Column, bucket_ms: int) -> Column:
 
 
 def _state_entry(
-    state: StateSpec, types: Mapping[str, DataType], units: DataType | None, *, with_distinct: bool
+    state: StateSpec, types: Mapping[str, DataType], units: DataType | None, bucket_ms: int, *, with_distinct: bool
 ) -> Column:
     value_type = AGGREGATE_TYPE if units is None else units
     distinct: list[Column] = []
@@ -68,6 +86,7 @@ def _state_entry(
         F.lit(state.state_id).alias("stateId"),
         key_column(state.grouping_key_names, types).alias("keyValue"),
         value.alias("value"),
+        F.lit(state_top_level(state, bucket_ms)).alias("topLevel"),
         *distinct,
     )
     return F.when(compile_filter(state.filter), entry)
@@ -81,8 +100,9 @@ def tag_rows(
     keep: Sequence[str],
     units: DataType | None = None,
 ) -> DataFrame:
-    """One row per (transaction, state whose filter it passes): ``keep`` columns + stateId, keyValue, bucket, value
-    (and ``distinct`` when a state is a COUNT_DISTINCT one: the field's value as text there, null elsewhere).
+    """One row per (transaction, state whose filter it passes): ``keep`` columns + stateId, keyValue, bucket, value,
+    topLevel (the state's ``state_top_level``: the coarsest tiles ``tiles`` makes of the row) (and ``distinct`` when
+    a state is a COUNT_DISTINCT one: the field's value as text there, null elsewhere).
 
     ``transactions`` needs ``eventTimeMs`` and every field the states name. A transaction passing no filter
     yields no row; one whose aggregate field is null still counts (``value`` null) for COUNT rules. ``value`` is
@@ -107,7 +127,7 @@ def _tag_projections(
     by_name = dict(types)
     with_distinct = any(s.distinct for s in states)
     entries = F.filter(
-        F.array(*[_state_entry(s, by_name, units, with_distinct=with_distinct) for s in states]),
+        F.array(*[_state_entry(s, by_name, units, bucket_ms, with_distinct=with_distinct) for s in states]),
         lambda e: e.isNotNull(),
     )
     exploded: Projection = (*keep, "eventTimeMs", F.explode(entries).alias("_s"))
@@ -120,6 +140,7 @@ def _tag_projections(
         F.coalesce(F.col("_s.keyValue"), F.lit("")).alias("keyValue"),
         bucket_index(F.col("eventTimeMs"), bucket_ms).alias("bucket"),
         F.col("_s.value").alias("value"),
+        F.coalesce(F.col("_s.topLevel"), F.lit(TOP_LEVEL)).alias("topLevel"),
         *([F.col("_s.distinct").alias("distinct")] if with_distinct else []),
     )
     return exploded, tagged
@@ -144,21 +165,25 @@ def co_partitioned(frame: DataFrame, partitions: int) -> DataFrame:
 
 
 def tiles(tagged: DataFrame, *, bucket_ms: int, distinct_cap: int = DEFAULT_DISTINCT_CAP) -> DataFrame:
-    """Sum, count, valueCount, min, max per (state, key, level, tile) for every level (TILE_COLUMNS); the distinct
-    values (capped: ``bucket_state.fold_distinct``) where ``tagged`` has a ``distinct`` column, else null.
+    """Sum, count, valueCount, min, max per (state, key, level, tile) (TILE_COLUMNS) for every level up to the
+    row's ``topLevel`` (``tag_rows``; every level without that column); the distinct values (capped:
+    ``bucket_state.fold_distinct``) where ``tagged`` has a ``distinct`` column, else null.
 
     One aggregation: each row is counted once per level (``explode`` of its tile at each level).
     """
     with_distinct = "distinct" in tagged.columns
     value_type = tagged.schema["value"].dataType  # decimal(38,6) or units: sums stay in it (ANSI: no wrapping)
-    exploded, keys, aggregates, bucket_start = _tile_expressions(bucket_ms, distinct_cap, value_type, with_distinct)
+    leveled = "topLevel" in tagged.columns
+    exploded, keys, aggregates, bucket_start = _tile_expressions(
+        bucket_ms, distinct_cap, value_type, with_distinct, leveled
+    )
     grouped = tagged.select(*exploded).groupBy(*keys)
     return grouped.agg(*aggregates).withColumn("bucketStart", bucket_start).select(*TILE_COLUMNS)
 
 
 @per_jvm
 def _tile_expressions(
-    bucket_ms: int, distinct_cap: int, value_type: DataType, with_distinct: bool
+    bucket_ms: int, distinct_cap: int, value_type: DataType, with_distinct: bool, leveled: bool
 ) -> tuple[Projection, Projection, tuple[Column, ...], Column]:
     """``tiles``' projection, grouping keys, aggregates and tile start (built once per JVM: ``column_memo``)."""
     levels = F.array(
@@ -167,6 +192,8 @@ def _tile_expressions(
             for lvl, size in enumerate(LEVEL_SIZES)
         ]
     )
+    if leveled:  # levels 0..topLevel (a slice, not a filter: a higher-order function would not be compiled)
+        levels = F.slice(levels, F.lit(1), F.col("topLevel") + F.lit(1))
     carried = ["distinct"] if with_distinct else []
     exploded: Projection = ("stateId", "keyValue", "value", *carried, F.explode(levels).alias("_t"))
     # level and tile are never null; declared so (see ``co_partitioned``).
