@@ -64,10 +64,18 @@ def local_spark_conf(settings: Settings) -> dict[str, str]:
         # block manager while the plans that use it live: ~500 MB of the driver's heap after a full GC in a run of
         # 25 batches (docs/engine.md, Driver memory). A record larger than a page still gets a page of its own.
         "spark.buffer.pageSize": "2m",
+        # HotSpot never compiles a method of more than 8,000 bytes of bytecode (DontCompileHugeMethods): a whole-stage
+        # method past that runs interpreted for the JVM's life. At 8,000 (Spark's setting for HotSpot; its default,
+        # 64 KB, is Java's own limit) Spark runs such a subtree's operators on their own generated code instead. The
+        # evaluation with relative limits is such a method (docs/engine.md, "A method HotSpot would not compile").
+        "spark.sql.codegen.hugeMethodLimit": str(HOTSPOT_HUGE_METHOD),
     }
     conf.update(settings.spark.extra_conf)
     return conf
 
+
+HOTSPOT_HUGE_METHOD = 8000
+"""Bytes of bytecode above which HotSpot leaves a method to its interpreter (``-XX:+DontCompileHugeMethods``)."""
 
 JVM_OPTIONS_ENV = "JDK_JAVA_OPTIONS"
 """Read by the ``java`` launcher of every JVM (JDK 9+): where it is set, it decides the collector and the JIT."""

@@ -60,6 +60,7 @@ _RULE_FIELDS = [
     StructField("countsTransactions", BooleanType(), False),
     StructField("aggregatorFunctionType", StringType(), False),
     StructField("aggregator", IntegerType(), False),  # AGGREGATOR_CODES: compared per row, cheaper than the name
+    StructField("aggregateIndex", IntegerType(), False),  # its value among a row's ``ROW_AGGREGATES`` (1-based)
     StructField("limitOperatorType", StringType(), False),
     StructField("acceptedSigns", ArrayType(IntegerType(), False), False),
     StructField("limit", AGGREGATE_TYPE, False),
@@ -71,6 +72,7 @@ _RULE_FIELDS = [
     # (BASELINE_CODES), the history it needs, and the per-window scale W / W2 (1 / 1 without perWindow).
     StructField("baselineReach", LongType(), True),
     StructField("baselineCode", IntegerType(), True),
+    StructField("baselineIndex", IntegerType(), True),  # its value among a row's ``ROW_BASELINES`` (1-based)
     StructField("baselineMinCount", LongType(), True),
     StructField("baselineScaleNum", LongType(), True),
     StructField("baselineScaleDen", LongType(), True),
@@ -119,6 +121,7 @@ def rules_frame(
                     rule.counts_transactions,
                     rule.aggregator_function_type.value,
                     AGGREGATOR_CODES[rule.aggregator_function_type.value],
+                    aggregate_index(rule),
                     rule.limit_operator_type.value,
                     _ACCEPTED_SIGNS[rule.limit_operator_type],
                     rule.limit,
@@ -128,6 +131,7 @@ def rules_frame(
                     live.shadow,
                     None if baseline is None else reach_buckets(baseline.window_minutes, bucket_seconds),
                     None if baseline is None else _baseline_code(rule),
+                    None if baseline is None else baseline_index(rule),
                     None if baseline is None else baseline.min_count,
                     None if baseline is None else (rule.window_minutes if baseline.per_window else 1),
                     None if baseline is None else (baseline.window_minutes if baseline.per_window else 1),
@@ -146,6 +150,21 @@ def _baseline_code(rule: Rule) -> int:
     if rule.aggregate_field_name == COUNT_FIELD and name == "SUM":
         name = "COUNT"
     return BASELINE_CODES[name]
+
+
+def aggregate_index(rule: Rule) -> int:
+    """Where the rule's aggregate is among a row's ``ROW_AGGREGATES`` (1-based, for ``element_at``)."""
+    if rule.counts_transactions:
+        return ROW_AGGREGATES.index("aCount") + 1
+    return ROW_AGGREGATES.index(_AGGREGATE_OF[rule.aggregator_function_type.value]) + 1
+
+
+def baseline_index(rule: Rule) -> int:
+    """Where the rule's baseline is among a row's ``ROW_BASELINES`` (1-based)."""
+    code = _baseline_code(rule)
+    if code == BASELINE_CODES["COUNT"]:
+        return ROW_BASELINES.index("bCountAll" if rule.counts_transactions else "bCountValues") + 1
+    return ROW_BASELINES.index("bTotal" if code == BASELINE_CODES["SUM"] else "bAvg") + 1
 
 
 def has_baselines(states: Sequence[StateSpec]) -> bool:
@@ -201,52 +220,98 @@ def holds(units: Column) -> Column:
     return F.coalesce(F.array_contains(F.col("acceptedSigns"), sign), F.lit(False))
 
 
-def aggregate_units(joined: DataFrame, units: DataType, *, distinct_cap: int | None = None) -> DataFrame:
-    """Add ``aggregateUnits`` (the aggregate in ``units``) from the range (``r*``) and running (``c*``) parts,
-    all in units: COUNT from the counts, SUM the sums, AVG their quotient HALF_UP, MIN/MAX the least/greatest,
-    COUNT_DISTINCT the size of the union of the distinct values (with ``distinct_cap``: saturating at it), VALUE
-    the row's own value."""
+ROW_AGGREGATES = ("aCount", "aSum", "aAvg", "aMin", "aMax", "aValue", "aDistinct")
+"""What a row's lookback aggregates to under each aggregator, in units (``row_aggregates``); a rule picks its one by
+``aggregateIndex`` (COUNT and the COUNT pseudo-field: ``aCount``; VALUE: the row's own value)."""
+_AGGREGATE_OF = {
+    "SUM": "aSum",
+    "AVG": "aAvg",
+    "MIN": "aMin",
+    "MAX": "aMax",
+    "VALUE": "aValue",
+    "COUNT_DISTINCT": "aDistinct",
+}
+ROW_BASELINES = ("bCountAll", "bCountValues", "bTotal", "bAvg")
+"""What a row's baseline history aggregates to, in units (``row_baselines``), picked by ``baselineIndex``."""
+
+
+def row_aggregates(joined: DataFrame, units: DataType, *, distinct_cap: int | None = None) -> DataFrame:
+    """Add ``aggregates``: the array of ``ROW_AGGREGATES`` of each row, from the range (``r*``) and running (``c*``)
+    parts, all in units: COUNT from the counts, SUM the sums, AVG their quotient HALF_UP, MIN/MAX the least/greatest,
+    VALUE the row's own value, COUNT_DISTINCT the size of the union of the distinct values (with ``distinct_cap``:
+    saturating at it; null without).
+
+    Once per row and reach, before the rows fan out to the rules, where each rule picks its one with ``element_at``
+    (``picked_aggregate``). Computed per (row, rule) inside the fan-out's join condition (Spark pushes the limit
+    check there and inlines the aggregate into it, twice over), the aggregates made one generated method larger
+    than HotSpot compiles (8,000 bytes of bytecode): the evaluation ran interpreted (docs/engine.md)."""
     total_count = F.coalesce(F.col("rCount"), F.lit(0)) + F.col("cCount")
     value_count = F.coalesce(F.col("rValueCount"), F.lit(0)) + F.col("cValueCount")
     total_sum = _plus(F.col("rSum"), F.col("cSum"))
-    code = F.col("aggregator")
-    value = (
-        F.when(F.col("countsTransactions"), (total_count * F.lit(UNITS_PER_ONE)).cast(units))
-        .when(code == AGGREGATOR_CODES["SUM"], total_sum)
-        .when(code == AGGREGATOR_CODES["AVG"], average(total_sum, value_count, units))
-        .when(code == AGGREGATOR_CODES["MIN"], F.least("rMin", "cMin"))
-        .when(code == AGGREGATOR_CODES["MAX"], F.greatest("rMax", "cMax"))
-        .when(code == AGGREGATOR_CODES["VALUE"], F.col("value"))
-    )
+    distinct: Column = F.lit(None)
     if distinct_cap is not None:
         union = F.array_distinct(F.concat(F.coalesce(F.col("rDistinct"), F.array()), F.col("cDistinct")))
         distinct = F.least(F.size(union), F.lit(distinct_cap)).cast("long") * F.lit(UNITS_PER_ONE)
-        value = value.when(code == AGGREGATOR_CODES["COUNT_DISTINCT"], distinct.cast(units))
-    return joined.withColumn("aggregateUnits", value.cast(units))
+    values = {
+        "aCount": total_count * F.lit(UNITS_PER_ONE),
+        "aSum": total_sum,
+        "aAvg": average(total_sum, value_count, units),
+        "aMin": F.least("rMin", "cMin"),
+        "aMax": F.greatest("rMax", "cMax"),
+        "aValue": F.col("value"),
+        "aDistinct": distinct,
+    }
+    return joined.withColumn("aggregates", F.array(*[values[name].cast(units) for name in ROW_AGGREGATES]))
 
 
-def baseline_units(joined: DataFrame, units: DataType) -> DataFrame:
-    """Add ``baselineCount`` (n) and ``baselineUnits`` (B in units) of the relative rules' rows: the baseline range
-    (``b*``, prior and batch tiles over the baseline's reach) plus the running part, **the row itself taken out**
-    (its value and its count): the history before the evaluated transaction. Null for rules without a baseline.
-    ``n`` counts the transactions that count for the rule: all of them for a rule that counts transactions, else
-    those with a value of its field (the state's rows without one count for its COUNT rules only)."""
+def picked_aggregate(with_rules: DataFrame) -> DataFrame:
+    """Add ``aggregateUnits``: the rule's own among the row's ``aggregates`` (``aggregateIndex``)."""
+    return with_rules.withColumn("aggregateUnits", F.element_at(F.col("aggregates"), F.col("aggregateIndex")))
+
+
+def aggregate_units(joined: DataFrame, units: DataType, *, distinct_cap: int | None = None) -> DataFrame:
+    """Add ``aggregateUnits`` (the aggregate in ``units``) to rows that carry their rule's columns: ``row_aggregates``
+    then ``picked_aggregate`` (the per-event baseline's one step; the engine fans out in between)."""
+    return picked_aggregate(row_aggregates(joined, units, distinct_cap=distinct_cap)).drop("aggregates")
+
+
+def row_baselines(joined: DataFrame, units: DataType) -> DataFrame:
+    """Add ``baselines``, the array of ``ROW_BASELINES``, and ``baselineCounts`` (all transactions, those with a
+    value) to the rows of a relative evaluation, once per row before the fan-out (see ``row_aggregates``): the
+    baseline range (``b*``, prior and batch tiles over the baseline's reach) plus the running part, **the row itself
+    taken out** (its value and its count), i.e. the history before the evaluated transaction."""
     own_value = F.col("value").isNotNull().cast("long")
     value_count = F.coalesce(F.col("bValueCount"), F.lit(0)) + F.col("cValueCount") - own_value
     all_rows = F.coalesce(F.col("bCount"), F.lit(0)) + F.col("cCount") - F.lit(1)
-    count = F.when(F.col("countsTransactions"), all_rows).otherwise(value_count)
     total = F.coalesce(_plus(F.col("bSum"), F.col("cSum")), F.lit(0).cast(units)) - F.coalesce(
         F.col("value"), F.lit(0).cast(units)
     )
-    code = F.col("baselineCode")
-    baseline = (
-        F.when(code == BASELINE_CODES["COUNT"], (count * F.lit(UNITS_PER_ONE)).cast(units))
-        .when(code == BASELINE_CODES["SUM"], total)
-        .when(code == BASELINE_CODES["AVG"], average(total, value_count, units))
-    )
-    relative = F.col("baselineCode").isNotNull()
+    values = {
+        "bCountAll": all_rows * F.lit(UNITS_PER_ONE),
+        "bCountValues": value_count * F.lit(UNITS_PER_ONE),
+        "bTotal": total,
+        "bAvg": average(total, value_count, units),
+    }
     return joined.withColumns(
-        {"baselineCount": F.when(relative, count), "baselineUnits": F.when(relative, baseline.cast(units))}
+        {
+            "baselines": F.array(*[values[name].cast(units) for name in ROW_BASELINES]),
+            "baselineCounts": F.array(all_rows, value_count),
+        }
+    )
+
+
+def baseline_units(joined: DataFrame) -> DataFrame:
+    """Add ``baselineCount`` (n) and ``baselineUnits`` (B in units) of the relative rules' rows, picked from their
+    ``row_baselines``; null for rules without a baseline. ``n`` counts the transactions that count for the rule: all
+    of them for a rule that counts transactions, else those with a value of its field (the state's rows without one
+    count for its COUNT rules only)."""
+    relative = F.col("baselineCode").isNotNull()
+    counted = F.when(F.col("countsTransactions"), F.lit(1)).otherwise(F.lit(2))
+    return joined.withColumns(
+        {
+            "baselineCount": F.when(relative, F.element_at(F.col("baselineCounts"), counted)),
+            "baselineUnits": F.element_at(F.col("baselines"), F.col("baselineIndex")),  # null index: null
+        }
     )
 
 
@@ -262,9 +327,24 @@ def holds_relative(units: Column) -> Column:
     return F.coalesce(enough & F.array_contains(F.col("acceptedSigns"), sign), F.lit(False))
 
 
-LIMIT_CHECK_COLUMNS = ("countsTransactions", "aggregator", "acceptedSigns", "limitFloor", "limitCeiling", "limitSign")
+LIMIT_CHECK_COLUMNS = (
+    "countsTransactions",
+    "aggregator",
+    "aggregateIndex",
+    "acceptedSigns",
+    "limitFloor",
+    "limitCeiling",
+    "limitSign",
+)
 """The rule columns ``aggregate_units`` and ``holds`` read."""
-BASELINE_COLUMNS = ("baselineReach", "baselineCode", "baselineMinCount", "baselineScaleNum", "baselineScaleDen")
+BASELINE_COLUMNS = (
+    "baselineReach",
+    "baselineCode",
+    "baselineIndex",
+    "baselineMinCount",
+    "baselineScaleNum",
+    "baselineScaleDen",
+)
 """The rule columns of a relative limit (carried by the fan-out only when a rule in force has one)."""
 RULE_EVALUATION_COLUMNS = ("stateId", "reach", "ruleId", *LIMIT_CHECK_COLUMNS, "cooldownMs")
 """What the fan-out of rows to rules carries per (row, rule); the rest of a rule's columns (its snapshot text
@@ -312,7 +392,13 @@ def evaluate(
     units = rules.schema["limitFloor"].dataType
     lean = points.select(*[c for c in POINT_COLUMNS if c in points.columns])  # a backtest has no ingestedAt
     keys = BASELINE_KEYS if relative else POINT_KEYS
-    with_ranges = lean.join(ranges.hint("shuffle_hash"), list(keys), "left")  # no sort of either side
+    with_ranges = row_aggregates(
+        lean.join(ranges.hint("shuffle_hash"), list(keys), "left"),  # no sort of either side
+        units,
+        distinct_cap=distinct_cap,
+    )
+    if relative:
+        with_ranges = row_baselines(with_ranges, units)
     rule_columns = [*RULE_EVALUATION_COLUMNS, *(BASELINE_COLUMNS if relative else ())]
     counts = F.col("countsTransactions") | F.col("value").isNotNull()
     if "distinct" in points.columns:
@@ -322,9 +408,9 @@ def evaluate(
         fanned = fanned.withColumn("baselineReach", _baseline_key())
     rule_keys = ["stateId", "reach", *(["baselineReach"] if relative else [])]
     per_rule = with_ranges.join(F.broadcast(fanned), rule_keys).where(counts)
-    aggregated = aggregate_units(per_rule, units, distinct_cap=distinct_cap)
+    aggregated = picked_aggregate(per_rule)
     if relative:
-        aggregated = baseline_units(aggregated, units)
+        aggregated = baseline_units(aggregated)
         met = aggregated.where(
             F.when(F.col("baselineCode").isNull(), holds(F.col("aggregateUnits"))).otherwise(
                 holds_relative(F.col("aggregateUnits"))
@@ -335,7 +421,8 @@ def evaluate(
             "baselineValue", F.lit(None).cast(AGGREGATE_TYPE)
         )
     described = rules.drop(*[c for c in (*RULE_EVALUATION_COLUMNS, *BASELINE_COLUMNS) if c != "ruleId"])
-    return met.join(F.broadcast(described), "ruleId").withColumn(
+    picked = met.drop("aggregates", "baselines", "baselineCounts")  # each row's arrays: its rule took its values
+    return picked.join(F.broadcast(described), "ruleId").withColumn(
         "aggregateValue", units_to_decimal(F.col("aggregateUnits"))
     )
 
