@@ -15,6 +15,7 @@ from lakehouse_template import fresh_lakehouse
 from pyspark.sql import SparkSession
 
 from pipelines.base.settings import Settings
+from pipelines.base.spark_session import session_confs
 from pipelines.engine.batch_handler import (
     ADAPTIVE_CONF,
     AUTO_COMPACT_CONF,
@@ -32,8 +33,18 @@ def test_a_batch_leaves_the_session_confs_as_it_found_them(spark: SparkSession, 
     settings = settings.model_copy(update={"engine": engine})  # every retention step in this batch
     fresh_lakehouse(spark, settings)
     put_rules(spark, settings, [make_rule(1, limit=10)])
-    spark.conf.set(ADAPTIVE_CONF, "true")
+    # The test's own changes are put back too: the worker's session is the next module's (test_suite_isolation).
+    compaction = spark.conf.get(AUTO_COMPACT_CONF, None)
     spark.conf.unset(AUTO_COMPACT_CONF)
+    try:
+        with session_confs(spark, {ADAPTIVE_CONF: "true"}):
+            _run_a_batch(spark, settings)
+    finally:
+        if compaction is not None:
+            spark.conf.set(AUTO_COMPACT_CONF, compaction)
+
+
+def _run_a_batch(spark: SparkSession, settings: Settings) -> None:
     before = {key: spark.conf.get(key, None) for key in CONFS}
     assert before[ANSI_CONF] != "true" or before[SHUFFLE_PARTITIONS_CONF] != "3"  # the batch changes something
 
