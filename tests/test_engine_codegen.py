@@ -13,8 +13,7 @@ plan is made here with whole-stage code generation on, as production's.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -23,7 +22,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pipelines.base.settings import Settings
-from pipelines.base.spark_session import HOTSPOT_HUGE_METHOD, local_spark_conf
+from pipelines.base.spark_session import HOTSPOT_HUGE_METHOD, local_spark_conf, session_confs
 from pipelines.bench.workload import kind_rule_set
 from pipelines.engine.buckets import tag_rows, tiles
 from pipelines.engine.evaluate import candidate_alerts, has_baselines, rules_frame, running_in_bucket
@@ -34,7 +33,6 @@ from pipelines.engine.units import LONG_UNITS
 from rules_cdc.rule_model import Rule
 
 WHOLE_STAGE, FACTORY_MODE = "spark.sql.codegen.wholeStage", "spark.sql.codegen.factoryMode"
-GENERATED = (WHOLE_STAGE, FACTORY_MODE)
 
 
 def _candidates(spark: SparkSession, settings: Settings, rules: list[Rule]) -> DataFrame:
@@ -60,25 +58,13 @@ def _candidates(spark: SparkSession, settings: Settings, rules: list[Rule]) -> D
     )  # fmt: skip
 
 
-@contextmanager
-def _whole_stage(spark: SparkSession) -> Iterator[None]:
-    """Production's code generation in the suite's session for a while (whole-stage code needs a factory mode that
-    generates code)."""
-    before = {key: spark.conf.get(key) for key in GENERATED}
-    spark.conf.set(WHOLE_STAGE, "true")
-    spark.conf.set(FACTORY_MODE, "FALLBACK")
-    try:
-        yield
-    finally:
-        for key, value in before.items():
-            spark.conf.set(key, value)
-
-
 def _largest_methods(spark: SparkSession, frame: Callable[[], DataFrame]) -> list[int]:
     """Per whole-stage subtree of the physical plan of the frame ``frame`` makes (planned with whole-stage code
     generation on), its largest compiled method in bytes of bytecode."""
     jvm: Any = spark.sparkContext._jvm
-    with _whole_stage(spark):
+    # Production's code generation in the suite's session for a while (whole-stage code needs a factory mode that
+    # generates code).
+    with session_confs(spark, {WHOLE_STAGE: "true", FACTORY_MODE: "FALLBACK"}):
         plan = frame()._jdf.queryExecution().executedPlan()
         subtrees = (
             getattr(jvm.org.apache.spark.sql.execution.debug, "package$").__getattr__("MODULE$").codegenStringSeq(plan)

@@ -59,7 +59,6 @@ _RULE_FIELDS = [
     StructField("windowMinutes", IntegerType(), False),
     StructField("countsTransactions", BooleanType(), False),
     StructField("aggregatorFunctionType", StringType(), False),
-    StructField("aggregator", IntegerType(), False),  # AGGREGATOR_CODES: compared per row, cheaper than the name
     StructField("aggregateIndex", IntegerType(), False),  # its value among a row's ``ROW_AGGREGATES`` (1-based)
     StructField("limitOperatorType", StringType(), False),
     StructField("acceptedSigns", ArrayType(IntegerType(), False), False),
@@ -68,19 +67,15 @@ _RULE_FIELDS = [
     StructField("ruleSnapshot", StringType(), False),
     StructField("ruleSourcePosition", StringType(), True),
     StructField("shadow", BooleanType(), False),  # a SHADOW rule: its alerts are recorded, never acted on
-    # A relative limit (``Rule.baseline``), null without: the baseline's reach, what it aggregates
-    # (BASELINE_CODES), the history it needs, and the per-window scale W / W2 (1 / 1 without perWindow).
+    # A relative limit (``Rule.baseline``), null without: the baseline's reach, what it aggregates (its value among
+    # a row's ``ROW_BASELINES``, 1-based), the history it needs, and the per-window scale W / W2 (1 / 1 without
+    # perWindow).
     StructField("baselineReach", LongType(), True),
-    StructField("baselineCode", IntegerType(), True),
-    StructField("baselineIndex", IntegerType(), True),  # its value among a row's ``ROW_BASELINES`` (1-based)
+    StructField("baselineIndex", IntegerType(), True),
     StructField("baselineMinCount", LongType(), True),
     StructField("baselineScaleNum", LongType(), True),
     StructField("baselineScaleDen", LongType(), True),
 ]
-AGGREGATOR_CODES = {
-    name: code for code, name in enumerate(("COUNT", "SUM", "AVG", "MIN", "MAX", "COUNT_DISTINCT", "VALUE"))
-}
-BASELINE_CODES = {"COUNT": 0, "SUM": 1, "AVG": 2}
 
 
 def rules_schema(units: DataType) -> StructType:
@@ -120,7 +115,6 @@ def rules_frame(
                     rule.window_minutes,
                     rule.counts_transactions,
                     rule.aggregator_function_type.value,
-                    AGGREGATOR_CODES[rule.aggregator_function_type.value],
                     aggregate_index(rule),
                     rule.limit_operator_type.value,
                     _ACCEPTED_SIGNS[rule.limit_operator_type],
@@ -130,7 +124,6 @@ def rules_frame(
                     live.source_position,
                     live.shadow,
                     None if baseline is None else reach_buckets(baseline.window_minutes, bucket_seconds),
-                    None if baseline is None else _baseline_code(rule),
                     None if baseline is None else baseline_index(rule),
                     None if baseline is None else baseline.min_count,
                     None if baseline is None else (rule.window_minutes if baseline.per_window else 1),
@@ -143,15 +136,6 @@ def rules_frame(
     return local_frame(spark, rows, rules_schema(units))  # no Python RDD: no Python worker
 
 
-def _baseline_code(rule: Rule) -> int:
-    """What the baseline aggregates; over the COUNT pseudo-field a SUM is the count."""
-    assert rule.baseline is not None
-    name = rule.baseline.aggregator.value
-    if rule.aggregate_field_name == COUNT_FIELD and name == "SUM":
-        name = "COUNT"
-    return BASELINE_CODES[name]
-
-
 def aggregate_index(rule: Rule) -> int:
     """Where the rule's aggregate is among a row's ``ROW_AGGREGATES`` (1-based, for ``element_at``)."""
     if rule.counts_transactions:
@@ -160,11 +144,13 @@ def aggregate_index(rule: Rule) -> int:
 
 
 def baseline_index(rule: Rule) -> int:
-    """Where the rule's baseline is among a row's ``ROW_BASELINES`` (1-based)."""
-    code = _baseline_code(rule)
-    if code == BASELINE_CODES["COUNT"]:
+    """Where the rule's baseline is among a row's ``ROW_BASELINES`` (1-based); over the COUNT pseudo-field a SUM is
+    the count."""
+    assert rule.baseline is not None
+    name = rule.baseline.aggregator.value
+    if name == "COUNT" or (name == "SUM" and rule.aggregate_field_name == COUNT_FIELD):
         return ROW_BASELINES.index("bCountAll" if rule.counts_transactions else "bCountValues") + 1
-    return ROW_BASELINES.index("bTotal" if code == BASELINE_CODES["SUM"] else "bAvg") + 1
+    return ROW_BASELINES.index("bTotal" if name == "SUM" else "bAvg") + 1
 
 
 def has_baselines(states: Sequence[StateSpec]) -> bool:
@@ -305,7 +291,7 @@ def baseline_units(joined: DataFrame) -> DataFrame:
     ``row_baselines``; null for rules without a baseline. ``n`` counts the transactions that count for the rule: all
     of them for a rule that counts transactions, else those with a value of its field (the state's rows without one
     count for its COUNT rules only)."""
-    relative = F.col("baselineCode").isNotNull()
+    relative = F.col("baselineIndex").isNotNull()
     counted = F.when(F.col("countsTransactions"), F.lit(1)).otherwise(F.lit(2))
     return joined.withColumns(
         {
@@ -329,7 +315,6 @@ def holds_relative(units: Column) -> Column:
 
 LIMIT_CHECK_COLUMNS = (
     "countsTransactions",
-    "aggregator",
     "aggregateIndex",
     "acceptedSigns",
     "limitFloor",
@@ -339,7 +324,6 @@ LIMIT_CHECK_COLUMNS = (
 """The rule columns ``aggregate_units`` and ``holds`` read."""
 BASELINE_COLUMNS = (
     "baselineReach",
-    "baselineCode",
     "baselineIndex",
     "baselineMinCount",
     "baselineScaleNum",
@@ -412,7 +396,7 @@ def evaluate(
     if relative:
         aggregated = baseline_units(aggregated)
         met = aggregated.where(
-            F.when(F.col("baselineCode").isNull(), holds(F.col("aggregateUnits"))).otherwise(
+            F.when(F.col("baselineIndex").isNull(), holds(F.col("aggregateUnits"))).otherwise(
                 holds_relative(F.col("aggregateUnits"))
             )
         ).withColumn("baselineValue", units_to_decimal(F.col("baselineUnits")))
