@@ -46,18 +46,25 @@ ALERT_COOLDOWN = TableSpec(
 
 
 def append_last_alerts(
-    last_alerts: DataFrame, path: str, *, batch_id: int | None, tag: CommitTag | None, files: int | None = None
+    last_alerts: DataFrame,
+    path: str,
+    *,
+    batch_id: int | None,
+    tag: CommitTag | None,
+    files: int | None = None,
+    rows_at_most: int | None = None,
 ) -> None:
     """Append a batch's latest emitted alert per (ruleId, keyValue) (columns ruleId, keyValue, lastAlertTimeMs).
 
     Append-only, like the bucket state: a pair may have a row per batch with alerts; its memory is the greatest
-    ``lastAlertTimeMs`` (``fold_memory``), so an older row never moves it back.
+    ``lastAlertTimeMs`` (``fold_memory``), so an older row never moves it back. ``rows_at_most``: see
+    ``append_tagged`` (a bound known: delta-rs may write it from the driver).
     """
     frame = last_alerts
     if batch_id is not None:  # else last_alerts has them (columns: no per-batch literal in the generated code)
         frame = frame.withColumns({"lastBatchId": F.lit(batch_id).cast("long"), "updatedAt": F.current_timestamp()})
     frame = frame.select(*[f.name for f in ALERT_COOLDOWN_SCHEMA.fields])
-    append_tagged(frame, path, tag, files=files)
+    append_tagged(frame, path, tag, files=files, rows_at_most=rows_at_most)
 
 
 def fold_memory(rows: DataFrame) -> DataFrame:

@@ -136,14 +136,22 @@ def fold_tiles(rows: DataFrame, *, distinct_cap: int = DEFAULT_DISTINCT_CAP, dis
 
 
 def append_tiles(
-    tiles: DataFrame, path: str, *, batch_id: int | None, tag: CommitTag | None, files: int | None = None
+    tiles: DataFrame,
+    path: str,
+    *,
+    batch_id: int | None,
+    tag: CommitTag | None,
+    files: int | None = None,
+    rows_at_most: int | None = None,
 ) -> None:
     """Append a batch's partial tiles (TILE_COLUMNS) in one commit; ``tag`` names the write for replays.
 
     ``batch_id`` None: ``tiles`` already has ``lastBatchId`` and ``updatedAt`` (the engine's hot path brings them as
-    columns, so that no per-batch literal changes the generated code)."""
+    columns, so that no per-batch literal changes the generated code). ``rows_at_most``: see ``append_tagged`` (a
+    bound known: delta-rs may write them from the driver)."""
     frame = tiles if batch_id is None else with_batch_columns(tiles, batch_id)
-    append_tagged(frame.select(*[f.name for f in BUCKET_STATE_SCHEMA.fields]), path, tag, files=files)
+    columns = [f.name for f in BUCKET_STATE_SCHEMA.fields]
+    append_tagged(frame.select(*columns), path, tag, files=files, rows_at_most=rows_at_most)
 
 
 def with_batch_columns(tiles: DataFrame, batch_id: int) -> DataFrame:

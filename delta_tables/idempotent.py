@@ -29,6 +29,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from delta_tables.arrow_writes import append_frame_at
 from delta_tables.table_snapshot import table_file_count, table_version
 from pipelines.base.jvm_classes import jvm_class
 from pipelines.base.spark_session import session_confs
@@ -78,10 +79,18 @@ def files_for(rows: int) -> int:
     return max(1, -(-rows // ROWS_PER_FILE))
 
 
-def append_tagged(frame: DataFrame, path: str, tag: CommitTag | None, *, files: int | None = None) -> None:
+def append_tagged(
+    frame: DataFrame, path: str, tag: CommitTag | None, *, files: int | None = None, rows_at_most: int | None = None
+) -> None:
     """Append ``frame`` to the Delta table at ``path`` in one commit carrying ``tag``; ``files``: at most that
     many files (one write task each: a micro-batch's few thousand rows are one small file, not one per partition).
+    Given ``rows_at_most`` (the caller's count of the rows), a small append is written from the driver by delta-rs
+    where it applies (``arrow_writes.append_frame_at``: one file), else by Spark.
     """
+    if rows_at_most is not None and append_frame_at(
+        frame, path, rows_at_most=rows_at_most, user_metadata=tag.to_json() if tag else None
+    ):
+        return
     if files is not None:
         frame = frame.coalesce(files)
     frame.write.format("delta").mode("append").options(**write_options(tag)).save(path)

@@ -12,6 +12,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from delta_checks import checksum_agrees
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
@@ -57,12 +58,6 @@ def _commit(path: str, version: int) -> list[dict[str, Any]]:
     return [json.loads(line) for line in text.splitlines() if line]
 
 
-def _checksum_agrees(spark: SparkSession, path: str) -> None:
-    """Delta's own check of the newest version's checksum against the state it reconstructs (raises on a mismatch)."""
-    snapshot = newest_snapshot(spark, path)
-    assert snapshot.validateChecksum(getattr(snapshot, "validateChecksum$default$1")())
-
-
 def test_delta_rs_bin_packs_an_append_only_table_as_optimize_would(spark: SparkSession, tmp_path: Path) -> None:
     path = str(tmp_path / "alerts_like")
     _create(spark, path, "'delta.enableChangeDataFeed' = 'true', 'delta.appendOnly' = 'true'")
@@ -79,7 +74,7 @@ def test_delta_rs_bin_packs_an_append_only_table_as_optimize_would(spark: SparkS
     assert compacted == read + 1
     assert _rows(spark, path) == before
     assert table_file_count(spark, path) == 2  # one file a day, from the carried checksum
-    _checksum_agrees(spark, path)
+    checksum_agrees(spark, path)
     actions = _commit(path, compacted)
     moved = [action[kind] for action in actions for kind in ("add", "remove") if kind in action]
     assert len(moved) == 10 and all(file["dataChange"] is False for file in moved)
@@ -88,7 +83,7 @@ def test_delta_rs_bin_packs_an_append_only_table_as_optimize_would(spark: SparkS
 
     _append(spark, path, 4)  # Spark's next commit, its checksum derived from the carried one
     assert len(_rows(spark, path)) == 20
-    _checksum_agrees(spark, path)
+    checksum_agrees(spark, path)
 
 
 def test_it_commits_nothing_where_spark_must_optimize(spark: SparkSession, tmp_path: Path) -> None:
@@ -148,4 +143,4 @@ def test_a_table_compacted_back_under_fifty_files_gets_its_file_list_in_the_chec
 
         _append(spark, path, 30)  # Spark's next commit derives its list from the carried one
         assert len(_files_agree(spark, path)) == 4, name
-        _checksum_agrees(spark, path)
+        checksum_agrees(spark, path)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import datetime as dt
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
+from delta_checks import checksum_agrees
 from lakehouse_template import fresh_lakehouse
 from pyspark.sql import SparkSession
 
@@ -20,7 +20,7 @@ from delta_tables.arrow_writes import frame_as_arrow, overwrite_partitions_at
 from delta_tables.bucket_state import BUCKET_STATE_SCHEMA, compact_tiles
 from delta_tables.idempotent import CommitTag, batch_commits
 from delta_tables.local_rows import local_frame
-from delta_tables.table_snapshot import newest_snapshot, table_version
+from delta_tables.table_snapshot import table_version
 from pipelines.base.settings import Settings
 
 NOW = dt.datetime(2026, 11, 29, 16, 20, 5, 250000)  # naive: UTC, as the engine's rows
@@ -88,11 +88,11 @@ def test_delta_rs_replaces_the_states_partitions_as_spark_would_and_tags_the_com
     assert history is not None and str(history.engineInfo).startswith("delta-rs")  # no Spark job wrote it
     assert batch_commits(spark, path, "engine-fold", 7) == [tag]
 
-    _checksum_agrees(spark, path, read + 1)  # carried forward, as Spark's state reconstruction counts it
+    checksum_agrees(spark, path, read + 1)  # carried forward, as Spark's state reconstruction counts it
 
     _append(spark, path, _tiles("aa01", range(7, 8), batch=10))  # Spark appends after delta-rs' commit
     assert _read(spark, path) == sorted([*folded, *kept, *_tiles("aa01", range(7, 8), batch=10)])
-    _checksum_agrees(spark, path, read + 2)  # Spark's own, derived from the carried one
+    checksum_agrees(spark, path, read + 2)  # Spark's own, derived from the carried one
 
 
 def test_the_cooldown_memory_replaced_whole_by_delta_rs_reads_as_written(
@@ -115,16 +115,7 @@ def test_the_cooldown_memory_replaced_whole_by_delta_rs_reads_as_written(
     history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").where(f"version = {read + 1}").first()
     assert history is not None and str(history.engineInfo).startswith("delta-rs")
     assert batch_commits(spark, path, "engine-fold", 8) == [tag]
-    _checksum_agrees(spark, path, read + 1)
-
-
-def _checksum_agrees(spark: SparkSession, path: str, version: int) -> None:
-    """The version's checksum file exists and Delta's validation against its state reconstruction passes (it raises
-    on a mismatch: ``checksum.mismatch.fatal``)."""
-    assert Path(path, "_delta_log", f"{version:020d}.crc").is_file()
-    snapshot = newest_snapshot(spark, path)
-    assert snapshot.version() == version and snapshot.checksumOpt().isDefined()
-    assert snapshot.validateChecksum(getattr(snapshot, "validateChecksum$default$1")())
+    checksum_agrees(spark, path, read + 1)
 
 
 def test_it_commits_nothing_where_spark_must_write(spark: SparkSession, settings: Settings) -> None:

@@ -43,7 +43,8 @@ from pipelines.engine.latency import (
     latency_metrics,
 )
 from pipelines.engine.lookback import with_coordinates
-from pipelines.engine.table_cache import TableCache, kept, materialize, release
+from pipelines.engine.states import StateSpec
+from pipelines.engine.table_cache import TableCache, kept, materialize, planned, release, storing
 from pipelines.engine.units import tiles_to_table
 
 TAGGED_KEEP = ("transactionId", "eventTime", "isLate", "ingestedAt", "batchId", "batchStartedAt")
@@ -80,38 +81,32 @@ def evaluate_batch(
     tagged = co_partitioned(tagged, run.partitions)
     tagged = kept(tagged)
     run.cached.append(tagged)
-    # Materialized (a local checkpoint): the append and the evaluation read it, then the state cache keeps it.
+    # Materialized (a local checkpoint): the append and the evaluation read it, then the state cache keeps it. It is
+    # stored on a thread of its own while the evaluation's plan is built and planned here (``storing``).
     stamp = run.constants.select(F.col("batchId").alias("lastBatchId"), F.col("batchStartedAt").alias("updatedAt"))
-    batch_tiles = materialize(
+    batch_tiles, stored = storing(
         with_coordinates(
             tiles(tagged, bucket_ms=bucket_ms, distinct_cap=engine.distinct_cap), bucket_ms=bucket_ms
         ).crossJoin(F.broadcast(stamp))
     )
-    state_cache.ensure(spark, run.state_version)
-    writes.append(
-        "state",
-        lambda tag: append_tiles(tiles_to_table(batch_tiles), paths.bucket_state, batch_id=None, tag=tag, files=files),
-    )
     evaluated = Evaluated(batch_tiles)
-    active = [s for s in states if s.evaluated_rules]  # ACTIVE or SHADOW rules: PAUSED ones keep state only
-    if not active:
+    try:
+        state_cache.ensure(spark, run.state_version)
+        active = [s for s in states if s.evaluated_rules]  # ACTIVE or SHADOW rules: PAUSED ones keep state only
+        candidates = _candidates(run, active, state_cache, tagged, batch_tiles) if active else None
+    finally:
+        tile_rows = stored.result()  # also when planning failed: no job of this batch outlives it
+
+    def append_state(tag: CommitTag) -> None:
+        """The batch's tiles: as many as the driver takes are written by delta-rs (``append_tagged``), more by
+        Spark."""
+        append_tiles(
+            tiles_to_table(batch_tiles), paths.bucket_state, batch_id=None, tag=tag, files=files, rows_at_most=tile_rows
+        )
+
+    writes.append("state", append_state)
+    if candidates is None:
         return evaluated
-    active_ids = [s.state_id for s in active]
-    rules = rules_frame(spark, states, bucket_seconds=engine.bucket_seconds, units=run.units)
-    prior = state_cache.frame().where(F.col("stateId").isin(*active_ids))
-    # Late rows are not evaluated but count for the rows after them, also within their bucket.
-    running = running_in_bucket(tagged.where(F.col("stateId").isin(*active_ids))).where(~F.col("isLate"))
-    active_tiles = batch_tiles.where(F.col("stateId").isin(*active_ids))
-    distinct_cap = engine.distinct_cap if any(s.distinct for s in active) else None
-    candidates = candidate_alerts(
-        running,
-        rules,
-        prior,
-        active_tiles,
-        bucket_ms=bucket_ms,
-        distinct_cap=distinct_cap,
-        relative=has_baselines(active),
-    )
     emitted = materialize(candidates)
     run.cached.append(emitted)
     if any(r.rule.cooldown_minutes for s in active for r in s.evaluated_rules):
@@ -143,10 +138,13 @@ def evaluate_batch(
         )
         rows = kept(rows)
         run.cached.append(rows)
+        # Alerts and cooldown rows are at most the batch's alerts: few, written from the driver by delta-rs where
+        # it applies (``append_tagged``), each in milliseconds instead of a Spark write job and commit.
+        alerts = evaluated.alerts + evaluated.shadow_alerts
 
         def publish(tag: CommitTag) -> None:
             """The alerts append, then the Kafka copy of the live ones when configured (at-least-once)."""
-            append_tagged(rows, paths.alerts, tag, files=1)
+            append_tagged(rows, paths.alerts, tag, files=1, rows_at_most=alerts)
             evaluated.alerts_committed_ms = time.time() * 1000
             if to_kafka and evaluated.alerts:
                 write_alerts_to_kafka(rows, run.settings)
@@ -156,9 +154,34 @@ def evaluate_batch(
         evaluated.memory = memory  # the memory cache takes it over after the append
         writes.append(
             "cooldown",
-            lambda tag: append_last_alerts(memory, paths.alert_cooldown, batch_id=None, tag=tag, files=1),
+            lambda tag: append_last_alerts(
+                memory, paths.alert_cooldown, batch_id=None, tag=tag, files=1, rows_at_most=alerts
+            ),
         )
     return evaluated
+
+
+def _candidates(
+    run: BatchRun, active: list[StateSpec], state_cache: TableCache, tagged: DataFrame, batch_tiles: DataFrame
+) -> DataFrame:
+    """The plan of the batch's candidate alerts (``evaluate.candidate_alerts``) over the cached state and the batch's
+    rows and tiles of the ``active`` states, physically planned already (``planned``)."""
+    engine = run.settings.engine
+    active_ids = [s.state_id for s in active]
+    rules = rules_frame(run.spark, run.states, bucket_seconds=engine.bucket_seconds, units=run.units)
+    prior = state_cache.frame().where(F.col("stateId").isin(*active_ids))
+    # Late rows are not evaluated but count for the rows after them, also within their bucket.
+    running = running_in_bucket(tagged.where(F.col("stateId").isin(*active_ids))).where(~F.col("isLate"))
+    candidates = candidate_alerts(
+        running,
+        rules,
+        prior,
+        batch_tiles.where(F.col("stateId").isin(*active_ids)),
+        bucket_ms=engine.bucket_seconds * 1000,
+        distinct_cap=engine.distinct_cap if any(s.distinct for s in active) else None,
+        relative=has_baselines(active),
+    )
+    return planned(candidates)
 
 
 def take_over_appends(
