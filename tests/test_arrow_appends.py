@@ -16,6 +16,7 @@ from typing import Any
 from delta_checks import checksum_agrees
 from lakehouse_template import fresh_lakehouse
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
 
 from delta_tables.alert_cooldown import ALERT_COOLDOWN_SCHEMA, append_last_alerts
 from delta_tables.alerts import ALERTS_SCHEMA
@@ -64,13 +65,20 @@ def _engines(spark: SparkSession, path: str, after: int) -> list[str]:
     return [str(r.engineInfo).split(":")[0] for r in history.select("engineInfo").collect()]
 
 
+def _with_twin(
+    spark: SparkSession, settings: Settings, table: str, schema: StructType, partition: str
+) -> tuple[str, str, int]:
+    """A fresh lakehouse's ``table``, an empty twin of it for Spark's appends, and the table's version now."""
+    fresh_lakehouse(spark, settings)
+    path, twin = settings.table_path(table), str(Path(settings.lakehouse_root) / f"{table}_twin")
+    local_frame(spark, [], schema).write.format("delta").partitionBy(partition).save(twin)
+    return path, twin, table_version(spark, path)
+
+
 def test_alerts_appended_by_delta_rs_read_as_spark_appends_them_and_carry_the_tag(
     spark: SparkSession, settings: Settings
 ) -> None:
-    fresh_lakehouse(spark, settings)
-    path, twin = settings.table_path("alerts"), str(Path(settings.lakehouse_root) / "alerts_twin")
-    local_frame(spark, [], ALERTS_SCHEMA).write.format("delta").partitionBy("detectedDate").save(twin)
-    start = table_version(spark, path)
+    path, twin, start = _with_twin(spark, settings, "alerts", ALERTS_SCHEMA, "detectedDate")
     batches = [[_alert(i) for i in range(4)], [_alert(i, day=3) for i in range(4, 6)]]
     for batch, alerts in enumerate(batches):
         tag = CommitTag("engine-arrow", batch, "alerts", {"rules": 4})
@@ -114,10 +122,7 @@ def test_a_batchs_tiles_appended_by_delta_rs_into_their_state_partitions(
     spark: SparkSession, settings: Settings
 ) -> None:
     """The state table (partitioned by state, deletion vectors enabled): tiles with and without distinct values."""
-    fresh_lakehouse(spark, settings)
-    path, twin = settings.table_path("bucket_state"), str(Path(settings.lakehouse_root) / "bucket_state_twin")
-    local_frame(spark, [], BUCKET_STATE_SCHEMA).write.format("delta").partitionBy("stateId").save(twin)
-    start = table_version(spark, path)
+    path, twin, start = _with_twin(spark, settings, "bucket_state", BUCKET_STATE_SCHEMA, "stateId")
     tiles = [
         (
             "aa01",
