@@ -28,7 +28,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
-from pipelines.base.kafka_clients import ensure_topics, spark_kafka_options
+from pipelines.base.kafka_clients import ensure_topics, spark_kafka_source_options
 from pipelines.base.settings import Settings
 from rules_cdc.apply_changes import ApplyResult, apply_records, ensure_rules_tables
 from rules_cdc.parse_events import RawRecord
@@ -58,7 +58,7 @@ def read_records(spark: SparkSession, settings: Settings, source: Source) -> Dat
     """The raw stream: ``value`` (string, null for a Kafka tombstone) and ``offset`` (where it came from)."""
     if source == "kafka":
         stream = spark.readStream.format("kafka")
-        for key, value in spark_kafka_options(settings).items():
+        for key, value in spark_kafka_source_options(settings).items():
             stream = stream.option(key, value)
         frame = (
             stream.option("subscribe", settings.kafka.topics.rules)

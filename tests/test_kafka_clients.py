@@ -6,10 +6,18 @@ import uuid
 
 import pytest
 from kafka.admin import KafkaAdminClient
+from pyspark.sql import SparkSession
 
-from pipelines.base.kafka_clients import ensure_topics, python_client_config, spark_kafka_options
+from pipelines.base.kafka_clients import (
+    ensure_topics,
+    python_client_config,
+    spark_kafka_options,
+    spark_kafka_source_options,
+)
 from pipelines.base.settings import KafkaSecurity, Settings
+from pipelines.engine.sources import read_kafka
 from pipelines.local.kafka_broker import KafkaBroker
+from rules_cdc.streaming_job import read_records
 
 
 def _with_kafka(settings: Settings, **update: object) -> Settings:
@@ -25,6 +33,18 @@ def test_plaintext_config(settings: Settings) -> None:
         "kafka.bootstrap.servers": settings.kafka.bootstrap_servers,
         "kafka.security.protocol": "PLAINTEXT",
     }
+
+
+def test_sources_fetch_without_waiting_at_the_log_end(settings: Settings) -> None:
+    """A source's consumers ask the broker to hold a fetch for more data only ``kafka.fetch_max_wait_ms`` (10), not
+    Kafka's 500 ms: a micro-batch reads to the log end, and its next batch's first poll waits for that fetch."""
+    assert spark_kafka_source_options(settings) == {**spark_kafka_options(settings), "kafka.fetch.max.wait.ms": "10"}
+    assert spark_kafka_source_options(_with_kafka(settings, fetch_max_wait_ms=0))["kafka.fetch.max.wait.ms"] == "0"
+
+
+def test_the_engine_and_the_rules_job_read_kafka_with_it(spark: SparkSession, settings: Settings) -> None:
+    for frame in (read_kafka(spark, settings), read_records(spark, settings, "kafka")):
+        assert "kafka.fetch.max.wait.ms=10" in frame._jdf.queryExecution().logical().toString()
 
 
 def test_sasl_credentials_come_from_the_environment(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -90,6 +90,9 @@ class KafkaSettings(_Frozen):
     retention_ms: int = Field(7 * 24 * 3600 * 1000, ge=60_000)
     starting_offsets: Literal["earliest", "latest"] = "earliest"
     max_offsets_per_trigger: int = Field(200_000, ge=1)
+    # The most a fetch of Spark's Kafka sources waits at the broker for more data (the consumer's fetch.max.wait.ms,
+    # 500 by default): a micro-batch reads to the log end, where its consumer's next fetch would be held this long.
+    fetch_max_wait_ms: int = Field(10, ge=0)
     security: KafkaSecurity = KafkaSecurity()
     broker: BrokerSettings = BrokerSettings()
 

@@ -20,7 +20,7 @@ from typing import Literal
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from pipelines.base.kafka_clients import ensure_topics, spark_kafka_options
+from pipelines.base.kafka_clients import ensure_topics, spark_kafka_source_options
 from pipelines.base.settings import Settings
 from pipelines.engine.parse_transactions import RAW_SCHEMA
 
@@ -56,7 +56,7 @@ def read_kafka(spark: SparkSession, settings: Settings, *, topic: str | None = N
     name = topic or kafka.topics.transactions
     records = (
         spark.readStream.format("kafka")
-        .options(**spark_kafka_options(settings))
+        .options(**spark_kafka_source_options(settings))
         .option("subscribe", name)
         .option("startingOffsets", kafka.starting_offsets)
         .option("maxOffsetsPerTrigger", str(kafka.max_offsets_per_trigger))
