@@ -50,6 +50,7 @@ class BacklogResult:
     state_rows: int
     state_bytes: int
     foreach_seconds: list[float] = field(default_factory=list)  # each batch's foreachBatch time (addBatch), in order
+    batch_steps: list[dict[str, float]] = field(default_factory=list)  # each batch's ms per step, in order
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -139,4 +140,7 @@ def run_backlog(
         state_rows=state_rows,
         state_bytes=state_bytes,
         foreach_seconds=foreach,
+        batch_steps=[
+            {name: float(ms) for name, ms in (row["metrics"] or {}).items() if name != COMMITTED_AT} for row in logs
+        ],
     )

@@ -2,7 +2,8 @@
 
 Every comparison runs in the same process on the same input. Scenarios (full / ``--quick`` sizes in ``Plan``):
 
-* **throughput** — ``--once`` over a prepared backlog: rules 1/20/100, keys 1k/10k/100k, batch sizes;
+* **throughput** — ``--once`` over a prepared backlog: rules 1/20/100, keys 1k/10k/100k, batch sizes, and a million
+  payers at 100,000-row batches;
 * **windows** — 1 h / 1 day / 7 days on the same prior state (history prefilled as tiles over 8 days);
 * **sharing** — 20 rules in 1 shared state vs 20 states;
 * **kinds** — 20 rules of which 5 COUNT_DISTINCT and 5 relative (a baseline over 7 days) vs today's 20-rule set
@@ -18,6 +19,9 @@ Every comparison runs in the same process on the same input. Scenarios (full / `
   and the append+MERGE floor fed the same way beside it (``live_floor``: the stack's own latency);
 * **native** — the same rules and files through ``transformWithState`` on RocksDB (what a Spark user would write
   instead) beside the engine: throughput, batch time, alerts (equal), state, recovery;
+* **cycle** — a whole retention cycle at the production cadence (``retention_every_batches`` 20) on the Flink demo's
+  steady workload (10,000 payers, about one payment each per event-minute, 50,000-row batches, 1-hour windows filled
+  first): the longest batch against the median, i.e. whether maintenance stalls the stream;
 * **memory** — one engine's batches over a million payers, the driver JVM's heap after a full GC after each, less the
   cached RDD blocks (``driver_memory``), as the state grows.
 
@@ -111,6 +115,16 @@ class Plan:
     memory_rows: int = 20_000
     memory_batches: int = 25
     memory_keys: int = 1_000_000
+    # throughput at scale: 20 rules over this many payers at these batches (0: not run), beside the floor
+    scale_keys: int = 1_000_000
+    scale_batch_rows: int = 100_000
+    # cycle: retention on at the production cadence over the Flink demo's steady workload (0 batches: not run).
+    # 5 event-minutes a batch (cycle_keys payers, one payment each per event-minute on average), so 12 batches fill
+    # a 1-hour window; then a whole cycle.
+    cycle_keys: int = 10_000
+    cycle_rows: int = 50_000
+    cycle_batches: int = 34
+    cycle_every: int = 20
 
     @classmethod
     def quick(cls) -> Plan:
@@ -132,6 +146,8 @@ class Plan:
             state_keys=50,
             latency_rate=2_000.0,
             latency_seconds=45.0,
+            scale_batch_rows=0,
+            cycle_batches=0,
         )
 
     @classmethod
@@ -140,7 +156,8 @@ class Plan:
         50,000-row batches, throughput at 100,000-row batches too, 100 rules in 20 states beside 20 in 4, the new
         rule kinds beside 20 rules, the continuous latency at 2,000 tx/s over files and Kafka (alerts raised, a
         burst among them), and the quick plan's windows, baselines (per-event, sliding windows, transformWithState)
-        and state sizes (``make bench-targets``)."""
+        and state sizes, a million payers at 100,000-row batches and a whole retention cycle
+        (``make bench-targets``)."""
         quick = cls.quick()
         return replace(
             quick,
@@ -150,6 +167,8 @@ class Plan:
             keys=(10_000,),
             batch_sizes=(2_000, 50_000, 100_000),  # 100,000: the batch size of the throughput target's baseline
             latency_seconds=60.0,
+            scale_batch_rows=100_000,
+            cycle_batches=34,
         )
 
     @classmethod
@@ -180,6 +199,7 @@ class Results:
     live_floor: dict[str, LiveResult] = field(default_factory=dict)  # source -> the floor job at the same rate
     memory: list[MemorySample] = field(default_factory=list)  # one engine, a sample after each batch
     native: list[NativeComparison] = field(default_factory=list)
+    cycle: BacklogResult | None = None  # a whole retention cycle at the production cadence
     # Whether the latency scenario's JVM had run engine micro-batches before it ("warm") or not ("cold": its first
     # batches then carry the JVM's class loading, JIT and code generation, and set the p99).
     latency_jvm: str = ""
@@ -204,6 +224,7 @@ def merge(parts: list[Results]) -> Results:
         merged.state_sizes = part.state_sizes or merged.state_sizes
         merged.native = getattr(part, "native", None) or merged.native
         merged.memory = getattr(part, "memory", None) or merged.memory
+        merged.cycle = getattr(part, "cycle", None) or merged.cycle
         merged.seconds = max(merged.seconds, part.seconds)
         if "after" in part.machine:
             merged.machine["after"] = part.machine["after"]
@@ -345,6 +366,37 @@ class Runner:
                 self.results.throughput[label] = self.backlog(
                     label, rules=20, keys=plan.base_keys, batch_rows=size, floor=plan.floor
                 )
+        if plan.scale_batch_rows:
+            label = f"rules=20 keys={plan.scale_keys} batch={plan.scale_batch_rows}"
+            self.results.throughput[label] = self.backlog(
+                label, rules=20, keys=plan.scale_keys, batch_rows=plan.scale_batch_rows, floor=plan.floor
+            )
+
+    def run_cycle(self) -> None:
+        """One engine with retention on at ``cycle_every`` over the Flink demo's steady workload: the windows fill,
+        then a whole cycle of retention steps (each state's fold and trim, the cooldown memory, the append-only
+        tables' bin-packing) spread over its batches."""
+        plan = self.plan
+        if not plan.cycle_batches:
+            return
+        label = f"cycle every={plan.cycle_every}"
+        folder = self._folder(label)
+        workload = Workload(
+            count=plan.cycle_rows * plan.cycle_batches, keys=plan.cycle_keys, rate_per_second=plan.cycle_keys / 60
+        )
+        rule_list = alerting_rule_set(20, workload, window_minutes=60, states=4, alert_share=plan.alert_share)
+        settings = lakehouse_for(self.base, str(folder / "lakehouse"), rule_list, spark=self.spark)
+        engine = settings.engine.model_copy(update={"retention_every_batches": plan.cycle_every})
+        settings = settings.model_copy(update={"engine": engine})
+        write_batches(transactions(workload), folder / "landing", batch_size=plan.cycle_rows)
+        result = run_backlog(self.spark, settings, folder / "landing")
+        self.results.cycle = result
+        longest = max(result.foreach_seconds[1:] or result.foreach_seconds)
+        self.say(
+            f"{label}: {result.rows} rows in {result.batches} batches, median foreachBatch"
+            f" {result.median_foreach_seconds:.2f} s, longest {longest:.2f} s"
+        )
+        shutil.rmtree(folder / "landing", ignore_errors=True)
 
     def run_windows(self) -> None:
         for window in self.plan.windows:
@@ -560,7 +612,18 @@ def _broker_for(settings: Settings, folder: Path, *, needed: bool) -> Iterator[S
         broker.stop()
 
 
-SCENARIOS = ("throughput", "windows", "sharing", "kinds", "baselines", "state", "native", "memory", "latency")
+SCENARIOS = (
+    "throughput",
+    "windows",
+    "sharing",
+    "kinds",
+    "baselines",
+    "state",
+    "native",
+    "cycle",
+    "memory",
+    "latency",
+)
 
 
 def run_all(
@@ -592,7 +655,7 @@ def run_all(
 
 
 def replace_engine(base: Settings) -> Any:
-    """The engine settings of the bench: retention off (no run reaches 20 batches anyway), no Kafka copy."""
+    """The engine settings of the bench: retention off (the cycle scenario turns it on), no Kafka copy."""
     return base.engine.model_copy(update={"alerts_to_kafka": False, "retention_every_batches": 1_000_000})
 
 

@@ -20,6 +20,7 @@ from pipelines.base.settings import REPO_ROOT
 from pipelines.bench.report import Report
 from pipelines.bench.scenarios import Results
 from pipelines.bench.sections.baselines import add_baselines
+from pipelines.bench.sections.cycle import add_cycle
 from pipelines.bench.sections.latency import add_latency
 from pipelines.bench.sections.memory import add_memory
 from pipelines.bench.sections.native import add_native_state
@@ -82,6 +83,7 @@ def build_report(results: Results, *, profile: Sequence[str] = ()) -> Report:
     add_state_sizes(report, results)
     add_native_state(report, results.native)
     add_latency(report, results)
+    add_cycle(report, results)
     add_memory(report, results)
     if profile:
         section = report.section(PROFILE_SECTION)

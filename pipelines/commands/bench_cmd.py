@@ -5,7 +5,7 @@ Examples::
     fraudlake bench                      # the full plan (~60 minutes on 2 idle cores): what `make bench` runs
     fraudlake bench --quick              # smaller sizes, ~20 minutes
     # make bench-targets:
-    fraudlake bench --plan targets --only throughput kinds latency windows baselines state native memory
+    fraudlake bench --plan targets --only throughput kinds latency windows baselines state native cycle memory
     fraudlake bench --only baselines --output /tmp/b.md
 """
 

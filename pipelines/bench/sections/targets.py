@@ -5,6 +5,7 @@ from __future__ import annotations
 from pipelines.bench.driver_memory import WARMUP_BATCHES, own_growth
 from pipelines.bench.report import Target, fmt
 from pipelines.bench.scenarios import DAY_MINUTES, Results
+from pipelines.bench.sections.cycle import CYCLE_TARGET, cycle_stall
 from pipelines.bench.sections.labels import engine_label, parse_label, window_label
 from pipelines.bench.sections.memory import MEMORY_TARGET_MB
 from pipelines.bench.sections.rule_kinds import KINDS_TARGET, kinds_ratio
@@ -48,6 +49,34 @@ def measure_targets(results: Results) -> list[Target]:
             None if best is None else best >= 10_000,
         )
     )
+    plan = results.plan
+    scale = results.throughput.get(f"rules=20 keys={plan.scale_keys} batch={plan.scale_batch_rows}")
+    if plan.scale_batch_rows:
+        targets.append(
+            Target(
+                f"throughput, 20 rules over {plan.scale_keys:,} keys ({plan.scale_batch_rows:,}-row batches)",
+                "≥ 10,000 tx/s sustained",
+                "-"
+                if scale is None
+                else f"{scale.sustained_tps:,.0f} tx/s (median batch {scale.median_foreach_seconds:.2f} s, state"
+                f" {fmt(scale.state_rows)} rows after {scale.batches} batches)",
+                None if scale is None else scale.sustained_tps >= 10_000,
+            )
+        )
+    stall = None if results.cycle is None else cycle_stall(results.cycle)
+    if plan.cycle_batches:
+        targets.append(
+            Target(
+                f"a retention cycle (every {plan.cycle_every} batches) on the Flink demo's steady workload"
+                f" ({plan.cycle_rows:,}-row batches): longest batch vs median",
+                f"≤ {CYCLE_TARGET:.0f}x (no stall)",
+                "-"
+                if stall is None
+                else f"{stall.ratio:.2f}x ({stall.longest_seconds:.2f} s, batch {stall.longest_batch}, vs"
+                f" {stall.median_seconds:.2f} s)",
+                None if stall is None else stall.ratio <= CYCLE_TARGET,
+            )
+        )
     for source in ("files", "kafka"):
         live = results.live.get(source)
         targets.append(

@@ -68,12 +68,19 @@ def add_throughput(report: Report, results: Results) -> None:
         " first (warm-up) batch / wall time from the end of the first batch to the end of the last; step timings are"
         " medians of `batch_log.metrics` over the batches after the first."
     )
-    groups: dict[str, Callable[[dict[str, int]], bool]] = {
-        "rules": lambda p: p["keys"] == results.plan.base_keys and p["batch"] == results.plan.batch_rows,
-        "keys": lambda p: p["rules"] == 20 and p["batch"] == results.plan.batch_rows,
-        "batch": lambda p: p["rules"] == 20 and p["keys"] == results.plan.base_keys,
+    plan = results.plan
+    # title -> (axis, chart name, which runs)
+    groups: dict[str, tuple[str, str, Callable[[dict[str, int]], bool]]] = {
+        "rules": ("rules", "rules", lambda p: p["keys"] == plan.base_keys and p["batch"] == plan.batch_rows),
+        "keys": ("keys", "keys", lambda p: p["rules"] == 20 and p["batch"] == plan.batch_rows),
+        "batch": ("batch", "batch", lambda p: p["rules"] == 20 and p["keys"] == plan.base_keys),
+        f"keys at {plan.scale_batch_rows:,}-row batches": (
+            "keys",
+            "scale",
+            lambda p: bool(plan.scale_batch_rows) and p["rules"] == 20 and p["batch"] == plan.scale_batch_rows,
+        ),
     }
-    for axis, keep in groups.items():
+    for title, (axis, chart, keep) in groups.items():
         rows = sorted(
             (
                 (parse_label(label)[axis], label, r)
@@ -84,11 +91,11 @@ def add_throughput(report: Report, results: Results) -> None:
         )
         if not rows:
             continue
-        section.tables.append(Table(f"by {axis}", BACKLOG_COLUMNS, [backlog_row(lb, r, results) for _, lb, r in rows]))
+        section.tables.append(Table(f"by {title}", BACKLOG_COLUMNS, [backlog_row(lb, r, results) for _, lb, r in rows]))
         section.charts.append(
             Chart(
-                f"throughput_{axis}",
-                f"sustained throughput by {axis}",
+                f"throughput_{chart}",
+                f"sustained throughput by {title}",
                 axis,
                 "tx/s",
                 {"engine": [(float(x), r.sustained_tps) for x, _, r in rows]},
