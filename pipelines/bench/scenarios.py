@@ -545,7 +545,8 @@ class Runner:
         self.say(
             f"native: {native.sustained_tps:,.0f} tx/s, median batch {native.median_batch_seconds:.2f} s,"
             f" {native.alerts} alerts (engine {engine.alerts}), state {native.state_bytes} B,"
-            f" recovery {native.recovery_seconds} s; engine {engine.sustained_tps:,.0f} tx/s"
+            f" recovery {'-' if native.recovery_seconds is None else f'{native.recovery_seconds:.1f}'} s;"
+            f" engine {engine.sustained_tps:,.0f} tx/s"
         )
         shutil.rmtree(folder, ignore_errors=True)
 
