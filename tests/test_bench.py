@@ -372,7 +372,11 @@ def test_the_cycle_scenario_runs_retention_steps_and_reports_the_longest_batch_a
     assert cycle is not None and not results.throughput
     assert (cycle.rows, cycle.batches) == (900, 3) and len(cycle.batch_steps) == len(cycle.foreach_seconds) == 3
     assert sum("retention" in steps for steps in cycle.batch_steps) >= 2
-    assert said[0].startswith("cycle every=2: 900 rows in 3 batches, median foreachBatch ")
+    assert re.fullmatch(
+        r"cycle every=2: 900 rows in 3 batches, [\d,]+ tx/s sustained, foreachBatch [\d.]+, [\d.]+, [\d.]+ s"
+        r" \(median [\d.]+ s; \d+ s\)",
+        said[0],
+    )
     text = write_report(build_report(results), tmp_path / "b.md", chart_dir=tmp_path / "c")[0].read_text()
     longest = max(cycle.foreach_seconds[1:])
     ratio = longest / statistics.median(cycle.foreach_seconds[1:])

@@ -126,6 +126,11 @@ class Plan:
     cycle_batches: int = 34
     cycle_every: int = 20
 
+    @property
+    def scale_label(self) -> str:
+        """The throughput label of the run at scale (``scale_keys`` payers, ``scale_batch_rows``-row batches)."""
+        return f"rules=20 keys={self.scale_keys} batch={self.scale_batch_rows}"
+
     @classmethod
     def quick(cls) -> Plan:
         """Every axis of the full plan at small batches (2,000 rows), larger batches only on the batch-size axis."""
@@ -285,11 +290,16 @@ class Runner:
         history: bool = False,
         floor: bool = False,
         rule_list: list[Rule] | None = None,
+        workload: Workload | None = None,
+        retention_every: int | None = None,
     ) -> BacklogResult:
+        """``fraudlake run --once`` on a fresh lakehouse over ``plan.batches`` files of ``batch_rows`` rows
+        (``workload``: its own transactions instead, one file per ``batch_rows``); ``retention_every``: retention on
+        at that cadence (the bench keeps it off, ``replace_engine``)."""
         plan = self.plan
         rows = batch_rows or plan.batch_rows
         folder = self._folder(label)
-        workload = Workload.backlog(rows * plan.batches, keys)
+        workload = workload or Workload.backlog(rows * plan.batches, keys)
         if rule_list is None:  # with history (the windows scenario): limits the prefilled tiles do not meet
             rule_list = alerting_rule_set(
                 rules,
@@ -299,6 +309,9 @@ class Runner:
                 alert_share=0.0 if history else plan.alert_share,
             )
         settings = lakehouse_for(self.base, str(folder / "lakehouse"), rule_list, spark=self.spark)
+        if retention_every is not None:
+            engine = settings.engine.model_copy(update={"retention_every_batches": retention_every})
+            settings = settings.model_copy(update={"engine": engine})
         write_batches(transactions(workload), folder / "landing", batch_size=rows)
         if history:
             self._prefill(settings, rule_list, folder)
@@ -367,9 +380,8 @@ class Runner:
                     label, rules=20, keys=plan.base_keys, batch_rows=size, floor=plan.floor
                 )
         if plan.scale_batch_rows:
-            label = f"rules=20 keys={plan.scale_keys} batch={plan.scale_batch_rows}"
-            self.results.throughput[label] = self.backlog(
-                label, rules=20, keys=plan.scale_keys, batch_rows=plan.scale_batch_rows, floor=plan.floor
+            self.results.throughput[plan.scale_label] = self.backlog(
+                plan.scale_label, rules=20, keys=plan.scale_keys, batch_rows=plan.scale_batch_rows, floor=plan.floor
             )
 
     def run_cycle(self) -> None:
@@ -379,24 +391,16 @@ class Runner:
         plan = self.plan
         if not plan.cycle_batches:
             return
-        label = f"cycle every={plan.cycle_every}"
-        folder = self._folder(label)
-        workload = Workload(
-            count=plan.cycle_rows * plan.cycle_batches, keys=plan.cycle_keys, rate_per_second=plan.cycle_keys / 60
+        self.results.cycle = self.backlog(
+            f"cycle every={plan.cycle_every}",
+            rules=20,
+            keys=plan.cycle_keys,
+            batch_rows=plan.cycle_rows,
+            workload=Workload(
+                count=plan.cycle_rows * plan.cycle_batches, keys=plan.cycle_keys, rate_per_second=plan.cycle_keys / 60
+            ),
+            retention_every=plan.cycle_every,
         )
-        rule_list = alerting_rule_set(20, workload, window_minutes=60, states=4, alert_share=plan.alert_share)
-        settings = lakehouse_for(self.base, str(folder / "lakehouse"), rule_list, spark=self.spark)
-        engine = settings.engine.model_copy(update={"retention_every_batches": plan.cycle_every})
-        settings = settings.model_copy(update={"engine": engine})
-        write_batches(transactions(workload), folder / "landing", batch_size=plan.cycle_rows)
-        result = run_backlog(self.spark, settings, folder / "landing")
-        self.results.cycle = result
-        longest = max(result.foreach_seconds[1:] or result.foreach_seconds)
-        self.say(
-            f"{label}: {result.rows} rows in {result.batches} batches, median foreachBatch"
-            f" {result.median_foreach_seconds:.2f} s, longest {longest:.2f} s"
-        )
-        shutil.rmtree(folder / "landing", ignore_errors=True)
 
     def run_windows(self) -> None:
         for window in self.plan.windows:

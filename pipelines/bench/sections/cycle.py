@@ -29,12 +29,10 @@ class CycleStall:
 
 
 def cycle_stall(result: BacklogResult) -> CycleStall | None:
-    seconds = result.foreach_seconds
-    steps = getattr(result, "batch_steps", [])  # results pickled before it existed have none
+    seconds, steps = result.foreach_seconds, result.batch_steps
     if len(seconds) < 2:
         return None
-    steady = seconds[1:]
-    median = statistics.median(steady)
+    median = result.median_foreach_seconds
     longest = max(range(1, len(seconds)), key=lambda i: seconds[i])
     retention = [s["retention"] for s in steps[1:] if "retention" in s]
     return CycleStall(
@@ -96,7 +94,6 @@ def add_cycle(report: Report, results: Results) -> None:
             ],
         )
     )
-    steps = getattr(result, "batch_steps", [])
     section.charts.append(
         Chart(
             "retention_cycle",
@@ -105,7 +102,9 @@ def add_cycle(report: Report, results: Results) -> None:
             "s",
             {
                 "batch (foreachBatch)": [(float(i), s) for i, s in enumerate(result.foreach_seconds)],
-                "its retention step": [(float(i), st.get("retention", 0.0) / 1000) for i, st in enumerate(steps)],
+                "its retention step": [
+                    (float(i), st.get("retention", 0.0) / 1000) for i, st in enumerate(result.batch_steps)
+                ],
             },
         )
     )

@@ -50,8 +50,8 @@ def measure_targets(results: Results) -> list[Target]:
         )
     )
     plan = results.plan
-    scale = results.throughput.get(f"rules=20 keys={plan.scale_keys} batch={plan.scale_batch_rows}")
     if plan.scale_batch_rows:
+        scale = results.throughput.get(plan.scale_label)
         targets.append(
             Target(
                 f"throughput, 20 rules over {plan.scale_keys:,} keys ({plan.scale_batch_rows:,}-row batches)",
@@ -63,8 +63,8 @@ def measure_targets(results: Results) -> list[Target]:
                 None if scale is None else scale.sustained_tps >= 10_000,
             )
         )
-    stall = None if results.cycle is None else cycle_stall(results.cycle)
     if plan.cycle_batches:
+        stall = None if results.cycle is None else cycle_stall(results.cycle)
         targets.append(
             Target(
                 f"a retention cycle (every {plan.cycle_every} batches) on the Flink demo's steady workload"

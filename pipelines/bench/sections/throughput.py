@@ -77,7 +77,7 @@ def add_throughput(report: Report, results: Results) -> None:
         f"keys at {plan.scale_batch_rows:,}-row batches": (
             "keys",
             "scale",
-            lambda p: bool(plan.scale_batch_rows) and p["rules"] == 20 and p["batch"] == plan.scale_batch_rows,
+            lambda p: p["rules"] == 20 and p["batch"] == plan.scale_batch_rows,
         ),
     }
     for title, (axis, chart, keep) in groups.items():
